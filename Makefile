@@ -1,0 +1,28 @@
+# The two commands: `make demo` runs the main job, `make test` runs every check.
+# Both set up .venv (Python 3.11+, pinned dependencies, Java 17+ check) on first use.
+
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench lock clean
+
+demo: $(STAMP)
+	$(VENV)/bin/keyflow keygroups --parallelism 171 --rescale-to 1..1024
+
+test: $(STAMP)
+	scripts/test.sh
+
+bench: $(STAMP)
+	$(VENV)/bin/python bench/keygroups.py
+
+$(STAMP): requirements.lock pyproject.toml scripts/bootstrap.sh
+	scripts/bootstrap.sh
+
+# Re-pin after changing dependencies in pyproject.toml.
+lock: $(STAMP)
+	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	{ echo "# Exact versions of every package keyflow installs (runtime and dev). Regenerate with: make lock"; \
+	  $(VENV)/bin/python -m pip freeze --all --exclude-editable | grep -v -E '^(pip|keyflow)=='; } > requirements.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,3 @@
+from keyflow.cli.app import main
+
+main()

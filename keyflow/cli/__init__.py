@@ -1,0 +1,1 @@
+"""The ``keyflow`` command line."""

@@ -1,0 +1,25 @@
+"""Entry point: one Typer app, one module per command group."""
+
+from __future__ import annotations
+
+import typer
+
+from keyflow.cli.keygroups import keygroups
+
+app = typer.Typer(
+    name="keyflow",
+    help="Keyed, stateful pipelines on Apache Spark with Flink's parallelism model.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command(name="keygroups")(keygroups)
+
+
+@app.callback()
+def _root() -> None:
+    """Keep ``keyflow COMMAND`` form even while there is a single command."""
+
+
+def main() -> None:
+    app()

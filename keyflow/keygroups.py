@@ -1,0 +1,219 @@
+"""Key groups: the fixed buckets of the key space that own all keyed state.
+
+A pipeline has ``K`` key groups (its *max parallelism*). A key's group is a hash of the
+key modulo ``K``; an operator running at parallelism ``p`` gives each subtask a
+contiguous range of groups. Changing ``p`` only moves range boundaries, so state kept
+per key group never has to be re-hashed. Pure math: no Spark here.
+
+>>> assign_to_key_group("hello", 128, hash="flink")
+35
+>>> key_group_range(128, 10, 4)
+(52, 63)
+>>> default_max_parallelism(171, policy="flink-legacy")
+256
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from keyflow.hashing.java import java_hash_codes
+from keyflow.hashing.keys import KeyColumn, scalar_key_columns, table_key_columns
+from keyflow.hashing.murmur3 import hash_int
+from keyflow.hashing.spark import spark_hash
+
+HashName = Literal["spark", "flink"]
+Policy = Literal["keyflow", "flink-legacy"]
+
+HASHES: tuple[HashName, ...] = ("spark", "flink")
+POLICIES: tuple[Policy, ...] = ("keyflow", "flink-legacy")
+
+UPPER_BOUND_MAX_PARALLELISM = 32768
+"""No pipeline has more key groups than this (Flink's bound, 2**15)."""
+
+FLINK_LOWER_BOUND_MAX_PARALLELISM = 128
+
+KEYFLOW_MAX_PARALLELISM = 27720
+"""The keyflow policy's K for parallelism up to :data:`KEYFLOW_RESCALE_RANGE`.
+
+27720 = lcm(1..12): every parallelism 1-12 (and 77 of 1-1024) divides it exactly, and
+max/mean key groups per subtask is at most 1.035 at every parallelism 1-1024, so a job
+started anywhere in that range stays balanced when it is rescaled anywhere in it.
+"""
+
+KEYFLOW_RESCALE_RANGE = 1024
+MAX_SKEW_TARGET = 1.05
+
+
+def assign_to_key_group(key: Any, max_parallelism: int, hash: HashName = "spark") -> int:
+    """The key group of one key.
+
+    ``hash="spark"`` matches ``pmod(hash(key), K)`` in Spark SQL (a tuple is a composite
+    key, hashed like ``hash(k1, k2, ...)``). ``hash="flink"`` matches Flink's
+    ``KeyGroupRangeAssignment.assignToKeyGroup``: Python ``int`` hashes as a Java
+    ``Long``, ``numpy.int32`` as an ``Integer``, ``str`` as a ``String``.
+    """
+    return int(_key_groups(scalar_key_columns(key), max_parallelism, hash)[0])
+
+
+def assign_to_key_groups(values: Any, max_parallelism: int, hash: HashName = "spark") -> npt.NDArray[np.int32]:
+    """Key groups of many keys at once, without a Python loop per key.
+
+    ``values`` is a NumPy/Arrow array, a pandas Series or a sequence of keys of one
+    type; for a composite key pass a ``pyarrow.Table`` or pandas DataFrame whose columns
+    are the key's parts (``hash="spark"`` only). int32 arrays hash as Java ``Integer``,
+    int64 arrays as ``Long``.
+    """
+    return _key_groups(table_key_columns(values), max_parallelism, hash)
+
+
+def _key_groups(columns: list[KeyColumn], max_parallelism: int, hash: HashName) -> npt.NDArray[np.int32]:
+    check_max_parallelism(max_parallelism)
+    if hash == "spark":
+        hashes = spark_hash(columns).view(np.int32).astype(np.int64)
+        return (hashes % max_parallelism).astype(np.int32)  # NumPy's % is Spark's pmod
+    if hash == "flink":
+        if len(columns) != 1:
+            raise ValueError(
+                f"hash='flink' takes single-column keys, got {len(columns)} columns; "
+                "use hash='spark' for composite keys"
+            )
+        return flink_key_groups_for_hash_codes(java_hash_codes(columns[0]), max_parallelism)
+    raise ValueError(f"unknown hash {hash!r}; choose one of {', '.join(HASHES)}")
+
+
+def flink_key_groups_for_hash_codes(hash_codes: npt.NDArray[np.uint32], max_parallelism: int) -> npt.NDArray[np.int32]:
+    """Flink's ``computeKeyGroupForKeyHash``: ``MathUtils.murmurHash(code) % K``.
+
+    ``murmurHash`` is one Murmur3 block with seed 0, made non-negative the Java way
+    (``Integer.MIN_VALUE`` maps to 0).
+    """
+    mixed = hash_int(hash_codes, np.zeros_like(hash_codes)).view(np.int32).astype(np.int64)
+    non_negative = np.where(mixed == -(2**31), 0, np.abs(mixed))
+    return (non_negative % max_parallelism).astype(np.int32)
+
+
+def key_group_range(max_parallelism: int, parallelism: int, subtask: int) -> tuple[int, int]:
+    """The inclusive range ``(start, end)`` of key groups that ``subtask`` owns."""
+    check_parallelism(parallelism, max_parallelism)
+    check_subtask(subtask, parallelism)
+    start = (subtask * max_parallelism + parallelism - 1) // parallelism
+    end = ((subtask + 1) * max_parallelism - 1) // parallelism
+    return start, end
+
+
+def key_group_ranges(max_parallelism: int, parallelism: int) -> list[tuple[int, int]]:
+    """Every subtask's inclusive key-group range, in subtask order."""
+    return [key_group_range(max_parallelism, parallelism, subtask) for subtask in range(parallelism)]
+
+
+def subtask_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
+    """The subtask that owns ``key_group`` (the inverse of :func:`key_group_range`)."""
+    check_parallelism(parallelism, max_parallelism)
+    if not 0 <= key_group < max_parallelism:
+        raise ValueError(f"key group {key_group} is out of range; valid key groups are 0..{max_parallelism - 1}")
+    return key_group * parallelism // max_parallelism
+
+
+def subtasks_for_key_groups(
+    max_parallelism: int, parallelism: int, key_groups: npt.NDArray[np.integer]
+) -> npt.NDArray[np.int32]:
+    """Vectorised :func:`subtask_for_key_group` (key groups must be in range)."""
+    check_parallelism(parallelism, max_parallelism)
+    return (np.asarray(key_groups, dtype=np.int64) * parallelism // max_parallelism).astype(np.int32)
+
+
+def default_max_parallelism(parallelism: int, policy: Policy = "keyflow") -> int:
+    """The number of key groups to use when the pipeline does not set one.
+
+    ``"keyflow"`` (default): :data:`KEYFLOW_MAX_PARALLELISM` up to parallelism 1024;
+    above that, the largest multiple of the parallelism not above 32768, so the starting
+    parallelism is perfectly balanced. ``"flink-legacy"``: Flink's rule,
+    ``roundUpToPowerOfTwo(1.5 * p)`` clamped to [128, 32768], which gives every other
+    subtask twice the key groups of its neighbours at many parallelisms (seed 000).
+    """
+    check_parallelism(parallelism, UPPER_BOUND_MAX_PARALLELISM)
+    if policy == "keyflow":
+        if parallelism <= KEYFLOW_RESCALE_RANGE:
+            return KEYFLOW_MAX_PARALLELISM
+        return parallelism * (UPPER_BOUND_MAX_PARALLELISM // parallelism)
+    if policy == "flink-legacy":
+        wanted = 1 << (parallelism + parallelism // 2 - 1).bit_length()
+        return min(max(wanted, FLINK_LOWER_BOUND_MAX_PARALLELISM), UPPER_BOUND_MAX_PARALLELISM)
+    raise ValueError(f"unknown max-parallelism policy {policy!r}; choose one of {', '.join(POLICIES)}")
+
+
+def explain_default_max_parallelism(parallelism: int, policy: Policy = "keyflow") -> str:
+    """One sentence on why :func:`default_max_parallelism` chose its value."""
+    chosen = default_max_parallelism(parallelism, policy)
+    if policy == "flink-legacy":
+        wanted = parallelism + parallelism // 2
+        return (
+            f"flink-legacy: round 1.5 x {parallelism} = {wanted} up to a power of two, "
+            f"clamped to [{FLINK_LOWER_BOUND_MAX_PARALLELISM}, {UPPER_BOUND_MAX_PARALLELISM}] -> {chosen}"
+        )
+    if parallelism <= KEYFLOW_RESCALE_RANGE:
+        return (
+            f"keyflow: {chosen} = lcm(1..12) for any parallelism up to {KEYFLOW_RESCALE_RANGE}; "
+            f"skew stays <= {worst_rescale_skew(chosen, 1, KEYFLOW_RESCALE_RANGE)[0]:.3f} "
+            f"at every parallelism 1..{KEYFLOW_RESCALE_RANGE}"
+        )
+    return (
+        f"keyflow: parallelism {parallelism} > {KEYFLOW_RESCALE_RANGE}, so the largest multiple "
+        f"of it <= {UPPER_BOUND_MAX_PARALLELISM}: {parallelism} x {chosen // parallelism} = {chosen}"
+    )
+
+
+def skew(max_parallelism: int, parallelism: int) -> float:
+    """Max over mean key groups per subtask: 1.0 is perfectly even, 2.0 is one subtask
+    with twice the average load (keys spread evenly over key groups)."""
+    check_parallelism(parallelism, max_parallelism)
+    return math.ceil(max_parallelism / parallelism) * parallelism / max_parallelism
+
+
+def worst_rescale_skew(max_parallelism: int, low: int, high: int) -> tuple[float, int]:
+    """The largest :func:`skew` over parallelisms ``low..high``, and where it occurs."""
+    if not 1 <= low <= high:
+        raise ValueError(f"rescale range {low}..{high} is empty or not positive; write it as A..B with 1 <= A <= B")
+    check_parallelism(high, max_parallelism)
+    parallelisms = np.arange(low, high + 1)
+    skews = np.ceil(max_parallelism / parallelisms) * parallelisms / max_parallelism
+    worst = int(np.argmax(skews))
+    return float(skews[worst]), int(parallelisms[worst])
+
+
+def check_max_parallelism(max_parallelism: int) -> None:
+    """Reject a key-group count outside 1..32768."""
+    if isinstance(max_parallelism, bool) or not isinstance(max_parallelism, (int, np.integer)):
+        raise ValueError(f"max parallelism must be an integer, got {max_parallelism!r}")
+    if not 1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+        raise ValueError(
+            f"max parallelism {max_parallelism} is out of range; it must be between 1 and {UPPER_BOUND_MAX_PARALLELISM}"
+        )
+
+
+def check_parallelism(parallelism: int, max_parallelism: int) -> None:
+    """Reject a parallelism that is not positive or exceeds the key-group count."""
+    check_max_parallelism(max_parallelism)
+    if isinstance(parallelism, bool) or not isinstance(parallelism, (int, np.integer)):
+        raise ValueError(f"parallelism must be an integer, got {parallelism!r}")
+    if parallelism <= 0:
+        raise ValueError(f"parallelism {parallelism} must be at least 1")
+    if parallelism > max_parallelism:
+        raise ValueError(
+            f"parallelism {parallelism} exceeds max parallelism {max_parallelism}; "
+            f"lower the parallelism to at most {max_parallelism} or raise the max parallelism "
+            f"(up to {UPPER_BOUND_MAX_PARALLELISM})"
+        )
+
+
+def check_subtask(subtask: int, parallelism: int) -> None:
+    """Reject a subtask index outside ``0..parallelism-1``."""
+    if not 0 <= subtask < parallelism:
+        raise ValueError(
+            f"subtask {subtask} is out of range; at parallelism {parallelism} subtasks are 0..{parallelism - 1}"
+        )

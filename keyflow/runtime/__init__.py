@@ -1,0 +1,1 @@
+"""Execution on Spark: sessions, key-group expressions, exchanges and operators."""

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Create .venv with Python 3.11+ and the pinned dependencies; check Java 17+ first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=""
+for candidate in "${PYTHON:-}" python3.11 python3.12 python3.13 python3; do
+  if [ -n "$candidate" ] && command -v "$candidate" >/dev/null 2>&1 \
+     && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    python=$(command -v "$candidate"); break
+  fi
+done
+if [ -z "$python" ]; then
+  echo "error: keyflow needs Python 3.11+ (none of python3.11..python3.13/python3 is 3.11+); install python3.11 or set PYTHON=/path/to/python" >&2
+  exit 1
+fi
+
+"$python" keyflow/runtime/java.py
+
+if [ ! -x .venv/bin/python ]; then
+  echo "creating .venv with $python"
+  "$python" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+touch .venv/.installed
