@@ -19,11 +19,10 @@ _EDGE_ROWS = 16
 def keygroups(
     parallelism: Annotated[int, typer.Option("--parallelism", "-p", help="Number of parallel subtasks.")],
     max_parallelism: Annotated[
-        int | None, typer.Option("--max-parallelism", "-k", help="Number of key groups K; default: the policy's choice.")
+        int | None,
+        typer.Option("--max-parallelism", "-k", help="Number of key groups K; default: the policy's choice."),
     ] = None,
-    policy: Annotated[
-        str, typer.Option(help="Default max-parallelism policy: keyflow or flink-legacy.")
-    ] = "keyflow",
+    policy: Annotated[str, typer.Option(help="Default max-parallelism policy: keyflow or flink-legacy.")] = "keyflow",
     rescale_to: Annotated[
         str | None, typer.Option("--rescale-to", help="Parallelism range A..B to check skew after rescaling.")
     ] = None,
@@ -102,11 +101,12 @@ def _parse_range(text: str | None) -> tuple[int, int] | None:
 def _print_report(report: dict[str, Any], full: bool) -> None:
     console = Console(highlight=False)
     console.print(f"[bold]max parallelism (key groups):[/] {report['max_parallelism']}  ({report['reason']})")
-    console.print(f"[bold]parallelism:[/] {report['parallelism']}  [bold]skew:[/] {report['skew']:.3f} (max/mean key groups per subtask)")
+    skew = f"{report['skew']:.3f} (max/mean key groups per subtask)"
+    console.print(f"[bold]parallelism:[/] {report['parallelism']}  [bold]skew:[/] {skew}")
 
     ranges = report["ranges"]
     table = Table("subtask", "key groups", "count", title="subtask -> key-group range")
-    shown = ranges if full or len(ranges) <= _FULL_TABLE_ROWS else ranges[:_EDGE_ROWS] + [None] + ranges[-_EDGE_ROWS:]
+    shown = ranges if full or len(ranges) <= _FULL_TABLE_ROWS else [*ranges[:_EDGE_ROWS], None, *ranges[-_EDGE_ROWS:]]
     for row in shown:
         if row is None:
             table.add_row("…", f"({len(ranges) - 2 * _EDGE_ROWS} more; --full lists all)", "…")
@@ -114,7 +114,9 @@ def _print_report(report: dict[str, Any], full: bool) -> None:
             table.add_row(str(row["subtask"]), f"{row['start']}..{row['end']}", str(row["count"]))
     console.print(table)
 
-    policies = Table("policy", "max parallelism", f"skew at p={report['parallelism']}", title="default policies side by side")
+    policies = Table(
+        "policy", "max parallelism", f"skew at p={report['parallelism']}", title="default policies side by side"
+    )
     rescale = report.get("rescale")
     if rescale:
         policies.add_column(f"worst skew over p={rescale['from']}..{rescale['to']}")
@@ -125,10 +127,9 @@ def _print_report(report: dict[str, Any], full: bool) -> None:
         policies.add_row(*cells)
     console.print(policies)
     if rescale:
-        console.print(
-            f"[bold]with K={report['max_parallelism']}:[/] worst skew over "
-            f"{rescale['from']}..{rescale['to']} is {rescale['worst_skew']:.3f} at parallelism {rescale['at_parallelism']}"
-        )
+        worst = f"{rescale['worst_skew']:.3f} at parallelism {rescale['at_parallelism']}"
+        span = f"{rescale['from']}..{rescale['to']}"
+        console.print(f"[bold]with K={report['max_parallelism']}:[/] worst skew over {span} is {worst}")
 
 
 def _worst_cell(summary: dict[str, Any], wanted_high: int) -> str:

@@ -28,7 +28,9 @@ def java_executable() -> str:
     candidate = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
     if not candidate or not os.access(candidate, os.X_OK):
         where = f"JAVA_HOME={java_home}" if java_home else "PATH"
-        raise JavaNotFoundError(f"no java executable found via {where}; keyflow runs on Spark, which needs Java {MIN_JAVA}+: {INSTALL_HINT}")
+        raise JavaNotFoundError(
+            f"no java executable found via {where}; keyflow runs on Spark, which needs Java {MIN_JAVA}+: {INSTALL_HINT}"
+        )
     return candidate
 
 
@@ -37,7 +39,10 @@ def java_major_version(executable: str) -> int:
     result = subprocess.run([executable, "-version"], capture_output=True, text=True, check=False)
     match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
     if not match:
-        raise JavaNotFoundError(f"could not read the version of {executable} (`java -version` said: {result.stderr.strip()!r}); {INSTALL_HINT}")
+        raise JavaNotFoundError(
+            f"could not read the version of {executable} "
+            f"(`java -version` said: {result.stderr.strip()!r}); {INSTALL_HINT}"
+        )
     major = int(match.group(1))
     return int(match.group(2) or 0) if major == 1 else major
 
@@ -53,7 +58,8 @@ def require_java() -> str:
 
 if __name__ == "__main__":
     try:
-        print(f"java: {require_java()} (Java {MIN_JAVA}+ found)")
+        executable = require_java()
+        print(f"java: {executable} (Java {java_major_version(executable)})")
     except JavaNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
