@@ -13,7 +13,7 @@ test: $(STAMP)
 	scripts/test.sh
 
 bench: $(STAMP)
-	$(VENV)/bin/python bench/keygroups.py
+	$(VENV)/bin/python -m bench.keygroups
 
 $(STAMP): requirements.lock pyproject.toml scripts/bootstrap.sh
 	scripts/bootstrap.sh

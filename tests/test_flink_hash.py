@@ -92,3 +92,11 @@ def test_murmur_result_of_integer_min_value_becomes_zero_like_flink() -> None:
         0,
         ref.murmur_hash(CODE_HASHING_TO_INT_MIN + 1) % 32768,
     ]
+
+
+@pytest.mark.parametrize("hash_name", ["flink", "spark"])
+def test_empty_arrays_give_no_key_groups(hash_name: str) -> None:
+    for empty in (pa.array([], pa.string()), np.array([], dtype=np.int64), pa.array(["x"])[1:]):
+        groups = assign_to_key_groups(empty, 128, hash=hash_name)
+        assert groups.dtype == np.int32
+        assert len(groups) == 0

@@ -8,10 +8,12 @@ import pyarrow as pa
 
 from keyflow.hashing.keys import JvmType, KeyColumn
 from keyflow.hashing.murmur3 import U32
+from keyflow.hashing.ragged import RaggedRows
 
 _TRUE_HASH, _FALSE_HASH = np.uint32(1231), np.uint32(1237)
 _JAVA_NAN_DOUBLE = np.uint64(0x7FF8000000000000)
 _JAVA_NAN_FLOAT = np.uint32(0x7FC00000)
+_31 = np.uint32(31)
 
 
 def java_hash_codes(column: KeyColumn) -> U32:
@@ -42,36 +44,41 @@ def _long_hash(bits: npt.NDArray[np.uint64]) -> U32:
 
 
 def string_hash_codes(strings: pa.Array) -> U32:
-    """``String.hashCode`` over UTF-16 code units, computed from Arrow's UTF-8 buffers.
+    """``String.hashCode``: ``h = 31 * h + unit`` over each string's UTF-16 code units.
 
-    ``hashCode`` is the polynomial sum of ``unit[i] * 31**(n-1-i)`` modulo 2**32, so it
-    is computed for all strings at once: decode code points, split non-BMP ones into
-    surrogate pairs, weight each unit by its power of 31, and take per-string sums as
-    differences of one wrapping cumulative sum.
+    Computed from Arrow's UTF-8 buffers. ASCII bytes are their own code units; other
+    text is decoded to code points first, non-BMP ones split into surrogate pairs.
     """
     offsets, data = utf8_buffers(strings)
-    byte_rows = np.repeat(np.arange(len(strings)), np.diff(offsets))
-    data = data[offsets[0] : offsets[-1]]
-    code_points, lead_positions = _decode_utf8(data)
-    rows = byte_rows[lead_positions]
+    if np.any(data[offsets[0] : offsets[-1]] >= 0x80):
+        units, starts, counts = _utf16_units(offsets, data)
+    else:
+        units, starts, counts = data.astype(np.uint32), offsets[:-1], np.diff(offsets)
+    rows = RaggedRows(counts)
+    sorted_starts = starts[rows.order]
+    hashes = np.zeros(len(counts), dtype=np.uint32)
+    for position, active in rows.positions():
+        hashes[:active] = hashes[:active] * _31 + units[sorted_starts[:active] + position]
+    return rows.unsort(hashes)
 
+
+def _utf16_units(
+    offsets: npt.NDArray[np.int64], data: npt.NDArray[np.uint8]
+) -> tuple[U32, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """All strings' UTF-16 code units in one array, with each string's start and count."""
+    code_points, leads = _decode_utf8(data[offsets[0] : offsets[-1]])
     is_pair = code_points >= 0x10000
-    unit_counts = 1 + is_pair.astype(np.int64)
-    unit_starts = np.cumsum(unit_counts) - unit_counts
-    units = np.empty(int(unit_counts.sum()), dtype=np.uint32)
+    unit_counts = 1 + is_pair
+    unit_ends = np.cumsum(unit_counts)
+    unit_starts = unit_ends - unit_counts
+    units = np.empty(int(unit_ends[-1]) if len(unit_ends) else 0, dtype=np.uint32)
     units[unit_starts] = np.where(is_pair, 0xD800 + ((code_points - 0x10000) >> 10), code_points)
-    pair_starts = unit_starts[is_pair]
-    units[pair_starts + 1] = 0xDC00 + ((code_points[is_pair] - 0x10000) & 0x3FF)
-    unit_rows = np.repeat(rows, unit_counts)
+    units[unit_starts[is_pair] + 1] = 0xDC00 + ((code_points[is_pair] - 0x10000) & 0x3FF)
 
-    units_per_row = np.bincount(unit_rows, minlength=len(strings))
-    row_ends = np.cumsum(units_per_row)
-    exponents = row_ends[unit_rows] - 1 - np.arange(len(units))
-    powers = _powers_of_31(int(units_per_row.max(initial=0)))
-    running = np.cumsum(units * powers[exponents], dtype=np.uint32)
-    totals: U32 = np.concatenate((np.zeros(1, np.uint32), running))
-    hash_codes: U32 = totals[row_ends] - totals[row_ends - units_per_row]
-    return hash_codes
+    row_of_code_point = np.searchsorted(offsets - offsets[0], leads, side="right") - 1
+    counts = np.bincount(row_of_code_point, weights=unit_counts, minlength=len(offsets) - 1).astype(np.int64)
+    starts = np.cumsum(counts) - counts
+    return units, starts, counts
 
 
 def utf8_buffers(strings: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
@@ -82,21 +89,22 @@ def utf8_buffers(strings: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArray[
     return offsets.astype(np.int64), data
 
 
-def _decode_utf8(data: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Code points of valid UTF-8 bytes, and the byte position each one starts at."""
+def _decode_utf8(data: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
+    """Code points of valid UTF-8 bytes, and the byte position each one starts at.
+
+    Only multi-byte sequences need decoding work, so ASCII text costs one pass.
+    """
     leads = np.flatnonzero((data & 0xC0) != 0x80)
-    first = data[leads].astype(np.int64)
-    width = 1 + (first >= 0xC0) + (first >= 0xE0) + (first >= 0xF0)
-    lead_mask = np.array([0x7F, 0x1F, 0x0F, 0x07])[width - 1]
-    code_points = first & lead_mask
-    padded = np.concatenate((data, np.zeros(3, np.uint8))).astype(np.int64)
-    for extra in (1, 2, 3):
-        more = width > extra
-        code_points = np.where(more, (code_points << 6) | (padded[leads + extra] & 0x3F), code_points)
+    code_points = data[leads].astype(np.int64)
+    multi = np.flatnonzero(code_points >= 0xC0)
+    if len(multi):
+        first = code_points[multi]
+        width = 2 + (first >= 0xE0) + (first >= 0xF0)
+        value = first & np.array([0, 0, 0x1F, 0x0F, 0x07])[width]
+        padded = np.concatenate((data, np.zeros(3, np.uint8)))
+        starts = leads[multi]
+        for extra in (1, 2, 3):
+            continues = width > extra
+            value = np.where(continues, (value << 6) | (padded[starts + extra] & 0x3F), value)
+        code_points[multi] = value
     return code_points, leads
-
-
-def _powers_of_31(count: int) -> U32:
-    powers = np.full(max(count, 1), 31, dtype=np.uint32)
-    powers[0] = 1
-    return np.cumprod(powers, dtype=np.uint32)

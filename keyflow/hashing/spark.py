@@ -12,6 +12,7 @@ import pyarrow as pa
 from keyflow.hashing.java import utf8_buffers
 from keyflow.hashing.keys import JvmType, KeyColumn
 from keyflow.hashing.murmur3 import U32, fmix, hash_int, hash_long, mix_h1, mix_k1
+from keyflow.hashing.ragged import RaggedRows
 
 SPARK_SEED = 42
 _8, _16, _24 = np.uint32(8), np.uint32(16), np.uint32(24)
@@ -49,30 +50,23 @@ def _hash_column(column: KeyColumn, seed: U32) -> U32:
 
 def _hash_utf8(strings: pa.Array, seed: U32) -> U32:
     """Spark's ``hashUnsafeBytes``: 4-byte little-endian words, then each tail byte
-    sign-extended as its own block (Spark's documented deviation from Murmur3).
-
-    Loops run over word positions, never over rows: rows are ordered longest first so
-    the rows still active at position ``j`` are a prefix of that order.
-    """
+    sign-extended as its own block (Spark's documented deviation from Murmur3)."""
     offsets, data = utf8_buffers(strings)
-    starts = offsets[:-1]
-    lengths = offsets[1:] - starts
     padded = np.concatenate((data, np.zeros(4, np.uint8))).astype(np.uint32)
-    hashes = seed.copy()
-
+    lengths = np.diff(offsets)
     words = lengths // 4
-    order = np.argsort(-words, kind="stable")
-    active_counts = np.searchsorted(-words[order], -np.arange(1, int(words.max(initial=0)) + 1), side="right")
-    for position, count in enumerate(active_counts):
-        rows = order[:count]
-        at = starts[rows] + 4 * position
+    rows = RaggedRows(words)
+    starts = offsets[:-1][rows.order]
+    hashes = seed[rows.order]
+    for position, active in rows.positions():
+        at = starts[:active] + 4 * position
         word: U32 = padded[at] | padded[at + 1] << _8 | padded[at + 2] << _16 | padded[at + 3] << _24
-        hashes[rows] = mix_h1(hashes[rows], mix_k1(word))
+        hashes[:active] = mix_h1(hashes[:active], mix_k1(word))
 
-    tails = lengths % 4
-    aligned_ends = starts + 4 * words
+    sorted_lengths = lengths[rows.order]
+    tail_starts = starts + 4 * words[rows.order]
     for index in range(3):
-        rows = np.flatnonzero(tails > index)
-        signed_byte = padded[aligned_ends[rows] + index].astype(np.uint8).view(np.int8)
-        hashes[rows] = mix_h1(hashes[rows], mix_k1(signed_byte.astype(np.int32).astype(np.uint32)))
-    return fmix(hashes, lengths)
+        tail = np.flatnonzero(sorted_lengths % 4 > index)
+        signed_byte = padded[tail_starts[tail] + index].astype(np.uint8).view(np.int8)
+        hashes[tail] = mix_h1(hashes[tail], mix_k1(signed_byte.astype(np.int32).astype(np.uint32)))
+    return rows.unsort(fmix(hashes, sorted_lengths))
