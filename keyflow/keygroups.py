@@ -72,7 +72,7 @@ def assign_to_key_groups(values: Any, max_parallelism: int, hash: HashName = "sp
 
 
 def _key_groups(columns: list[KeyColumn], max_parallelism: int, hash: HashName) -> npt.NDArray[np.int32]:
-    check_max_parallelism(max_parallelism)
+    max_parallelism = check_max_parallelism(max_parallelism)
     if hash == "spark":
         hashes = spark_hash(columns).view(np.int32).astype(np.int64)
         return (hashes % max_parallelism).astype(np.int32)  # NumPy's % is Spark's pmod
@@ -99,8 +99,8 @@ def flink_key_groups_for_hash_codes(hash_codes: npt.NDArray[np.uint32], max_para
 
 def key_group_range(max_parallelism: int, parallelism: int, subtask: int) -> tuple[int, int]:
     """The inclusive range ``(start, end)`` of key groups that ``subtask`` owns."""
-    check_parallelism(parallelism, max_parallelism)
-    check_subtask(subtask, parallelism)
+    parallelism, max_parallelism = check_parallelism(parallelism, max_parallelism)
+    subtask = check_subtask(subtask, parallelism)
     start = (subtask * max_parallelism + parallelism - 1) // parallelism
     end = ((subtask + 1) * max_parallelism - 1) // parallelism
     return start, end
@@ -113,18 +113,26 @@ def key_group_ranges(max_parallelism: int, parallelism: int) -> list[tuple[int, 
 
 def subtask_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
     """The subtask that owns ``key_group`` (the inverse of :func:`key_group_range`)."""
-    check_parallelism(parallelism, max_parallelism)
-    if not 0 <= key_group < max_parallelism:
-        raise ValueError(f"key group {key_group} is out of range; valid key groups are 0..{max_parallelism - 1}")
-    return key_group * parallelism // max_parallelism
+    parallelism, max_parallelism = check_parallelism(parallelism, max_parallelism)
+    return check_key_group(key_group, max_parallelism) * parallelism // max_parallelism
 
 
 def subtasks_for_key_groups(
     max_parallelism: int, parallelism: int, key_groups: npt.NDArray[np.integer]
 ) -> npt.NDArray[np.int32]:
-    """Vectorised :func:`subtask_for_key_group` (key groups must be in range)."""
-    check_parallelism(parallelism, max_parallelism)
-    return (np.asarray(key_groups, dtype=np.int64) * parallelism // max_parallelism).astype(np.int32)
+    """Vectorised :func:`subtask_for_key_group`."""
+    parallelism, max_parallelism = check_parallelism(parallelism, max_parallelism)
+    groups = np.asarray(key_groups)
+    if groups.dtype.kind not in "iu":
+        raise ValueError(f"key groups must be integers, got an array of {groups.dtype}")
+    groups = groups.astype(np.int64)
+    out_of_range = (groups < 0) | (groups >= max_parallelism)
+    if out_of_range.any():
+        first = int(np.argmax(out_of_range))
+        raise ValueError(
+            f"key group {groups[first]} (index {first}) is out of range; valid key groups are 0..{max_parallelism - 1}"
+        )
+    return (groups * parallelism // max_parallelism).astype(np.int32)
 
 
 def default_max_parallelism(parallelism: int, policy: Policy = "keyflow") -> int:
@@ -136,7 +144,7 @@ def default_max_parallelism(parallelism: int, policy: Policy = "keyflow") -> int
     ``roundUpToPowerOfTwo(1.5 * p)`` clamped to [128, 32768], which gives every other
     subtask twice the key groups of its neighbours at many parallelisms (seed 000).
     """
-    check_parallelism(parallelism, UPPER_BOUND_MAX_PARALLELISM)
+    parallelism, _ = check_parallelism(parallelism, UPPER_BOUND_MAX_PARALLELISM)
     if policy == "keyflow":
         if parallelism <= KEYFLOW_RESCALE_RANGE:
             return KEYFLOW_MAX_PARALLELISM
@@ -171,49 +179,67 @@ def explain_default_max_parallelism(parallelism: int, policy: Policy = "keyflow"
 def skew(max_parallelism: int, parallelism: int) -> float:
     """Max over mean key groups per subtask: 1.0 is perfectly even, 2.0 is one subtask
     with twice the average load (keys spread evenly over key groups)."""
-    check_parallelism(parallelism, max_parallelism)
+    parallelism, max_parallelism = check_parallelism(parallelism, max_parallelism)
     return math.ceil(max_parallelism / parallelism) * parallelism / max_parallelism
 
 
 def worst_rescale_skew(max_parallelism: int, low: int, high: int) -> tuple[float, int]:
     """The largest :func:`skew` over parallelisms ``low..high``, and where it occurs."""
+    low, high = _integer(low, "rescale range start"), _integer(high, "rescale range end")
     if not 1 <= low <= high:
         raise ValueError(f"rescale range {low}..{high} is empty or not positive; write it as A..B with 1 <= A <= B")
-    check_parallelism(high, max_parallelism)
+    high, max_parallelism = check_parallelism(high, max_parallelism)
     parallelisms = np.arange(low, high + 1)
     skews = np.ceil(max_parallelism / parallelisms) * parallelisms / max_parallelism
     worst = int(np.argmax(skews))
     return float(skews[worst]), int(parallelisms[worst])
 
 
-def check_max_parallelism(max_parallelism: int) -> None:
-    """Reject a key-group count outside 1..32768."""
-    if isinstance(max_parallelism, bool) or not isinstance(max_parallelism, (int, np.integer)):
-        raise ValueError(f"max parallelism must be an integer, got {max_parallelism!r}")
+def check_max_parallelism(max_parallelism: int) -> int:
+    """Reject a key-group count outside 1..32768; return it as a Python int."""
+    max_parallelism = _integer(max_parallelism, "max parallelism")
     if not 1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
         raise ValueError(
             f"max parallelism {max_parallelism} is out of range; it must be between 1 and {UPPER_BOUND_MAX_PARALLELISM}"
         )
+    return max_parallelism
 
 
-def check_parallelism(parallelism: int, max_parallelism: int) -> None:
-    """Reject a parallelism that is not positive or exceeds the key-group count."""
-    check_max_parallelism(max_parallelism)
-    if isinstance(parallelism, bool) or not isinstance(parallelism, (int, np.integer)):
-        raise ValueError(f"parallelism must be an integer, got {parallelism!r}")
+def check_parallelism(parallelism: int, max_parallelism: int) -> tuple[int, int]:
+    """Reject a parallelism that is not positive or exceeds the key-group count;
+    return ``(parallelism, max_parallelism)`` as Python ints."""
+    max_parallelism = check_max_parallelism(max_parallelism)
+    parallelism = _integer(parallelism, "parallelism")
     if parallelism <= 0:
         raise ValueError(f"parallelism {parallelism} must be at least 1")
     if parallelism > max_parallelism:
-        raise ValueError(
-            f"parallelism {parallelism} exceeds max parallelism {max_parallelism}; "
-            f"lower the parallelism to at most {max_parallelism} or raise the max parallelism "
-            f"(up to {UPPER_BOUND_MAX_PARALLELISM})"
-        )
+        fix = f"lower the parallelism to at most {max_parallelism}"
+        if max_parallelism < UPPER_BOUND_MAX_PARALLELISM:
+            fix += f" or raise the max parallelism (up to {UPPER_BOUND_MAX_PARALLELISM})"
+        raise ValueError(f"parallelism {parallelism} exceeds max parallelism {max_parallelism}; {fix}")
+    return parallelism, max_parallelism
 
 
-def check_subtask(subtask: int, parallelism: int) -> None:
-    """Reject a subtask index outside ``0..parallelism-1``."""
+def check_subtask(subtask: int, parallelism: int) -> int:
+    """Reject a subtask index outside ``0..parallelism-1``; return it as a Python int."""
+    subtask = _integer(subtask, "subtask")
     if not 0 <= subtask < parallelism:
         raise ValueError(
             f"subtask {subtask} is out of range; at parallelism {parallelism} subtasks are 0..{parallelism - 1}"
         )
+    return subtask
+
+
+def check_key_group(key_group: int, max_parallelism: int) -> int:
+    """Reject a key group outside ``0..K-1``; return it as a Python int."""
+    key_group = _integer(key_group, "key group")
+    if not 0 <= key_group < max_parallelism:
+        raise ValueError(f"key group {key_group} is out of range; valid key groups are 0..{max_parallelism - 1}")
+    return key_group
+
+
+def _integer(value: Any, what: str) -> int:
+    """NumPy integers become Python ints (no fixed-width overflow); floats and bools are refused."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    return int(value)

@@ -34,6 +34,11 @@ def double_hash_code(value: float) -> int:
     return long_hash_code(bits)
 
 
+def float_hash_code(value: float) -> int:
+    """Float.hashCode: floatToIntBits, NaN canonical."""
+    return to_int32(0x7FC00000 if value != value else struct.unpack("<I", struct.pack("<f", value))[0])
+
+
 def _rotl(x: int, r: int) -> int:
     return ((x << r) | (x >> (32 - r))) & MASK
 

@@ -60,11 +60,27 @@ def test_json_compares_both_policies_and_rescale() -> None:
     legacy = report["policies"]["flink-legacy"]
     assert legacy["max_parallelism"] == 256
     assert legacy["skew"] == pytest.approx(2 * 171 / 256)  # some subtasks own 2 groups, mean 1.5
-    assert legacy["rescale_limit"] == 256
-    worst = max(-(-256 // q) * q / 256 for q in range(1, 257))
-    assert legacy["worst_rescale_skew"] == pytest.approx(worst)
-    assert report["rescale"]["worst_skew"] <= 1.05
-    assert report["policies"]["keyflow"]["worst_rescale_skew"] == report["rescale"]["worst_skew"]
+    # Flink's K=256 caps the rescale range at 256; brute force over 1..256 with ceil division.
+    skews = {q: -(-256 // q) * q / 256 for q in range(1, 257)}
+    worst_q = max(skews, key=lambda q: (skews[q], -q))
+    assert legacy["rescale"] == {
+        "from": 1,
+        "to": 1024,
+        "limit": 256,
+        "worst_skew": pytest.approx(skews[worst_q]),
+        "at_parallelism": worst_q,
+    }
+    keyflow_worst = max(-(-27720 // q) * q / 27720 for q in range(1, 1025))
+    assert report["rescale"]["worst_skew"] == pytest.approx(keyflow_worst)
+    assert report["rescale"]["limit"] == 1024
+    assert report["policies"]["keyflow"]["rescale"] == report["rescale"]
+
+
+def test_rescale_range_is_cut_at_a_small_k() -> None:
+    report = run_json("--parallelism", "10", "--policy", "flink-legacy", "--rescale-to", "1..1024")
+    assert report["max_parallelism"] == 128
+    assert report["rescale"]["limit"] == 128
+    assert report["rescale"]["at_parallelism"] <= 128
 
 
 def test_flink_legacy_policy_is_selectable() -> None:
@@ -82,6 +98,10 @@ def test_flink_legacy_policy_is_selectable() -> None:
         (["--parallelism", "4", "--rescale-to", "9..2"], "--rescale-to '9..2' is not a range; write it as A..B"),
         (["--parallelism", "4", "--rescale-to", "x"], "--rescale-to 'x' is not a range"),
         (["--parallelism", "4", "--max-parallelism", "99999"], "max parallelism 99999 is out of range"),
+        (
+            ["--parallelism", "2", "--max-parallelism", "128", "--rescale-to", "200..300"],
+            "--rescale-to 200..300 starts above max parallelism 128",
+        ),
     ],
 )
 def test_bad_options_exit_2_with_one_clear_line(args: list[str], message: str) -> None:

@@ -33,6 +33,22 @@ from keyflow import keygroups as kg
         (lambda: kg.skew(128, 2.5), "parallelism must be an integer, got 2.5"),
         (lambda: kg.skew(True, 1), "max parallelism must be an integer, got True"),
         (lambda: kg.worst_rescale_skew(128, 5, 2), "rescale range 5..2 is empty"),
+        (lambda: kg.worst_rescale_skew(128, 1.5, 3), "rescale range start must be an integer, got 1.5"),
+        (lambda: kg.key_group_range(128, 10, 1.5), "subtask must be an integer, got 1.5"),
+        (lambda: kg.subtask_for_key_group(128, 10, 63.5), "key group must be an integer, got 63.5"),
+        (lambda: kg.subtask_for_key_group(128, 10, None), "key group must be an integer, got None"),
+        (
+            lambda: kg.skew(32768, 40000),
+            "parallelism 40000 exceeds max parallelism 32768; lower the parallelism to at most 32768",
+        ),
+        (
+            lambda: kg.subtasks_for_key_groups(128, 10, np.array([5, -1, 200])),
+            "key group -1 (index 1) is out of range; valid key groups are 0..127",
+        ),
+        (
+            lambda: kg.subtasks_for_key_groups(128, 10, np.array([1.5])),
+            "key groups must be integers, got an array of float64",
+        ),
     ],
 )
 def test_math_errors(call: object, message: str) -> None:
@@ -88,3 +104,31 @@ def test_flink_hash_rejects_composite_keys() -> None:
 def test_empty_composite_key() -> None:
     with pytest.raises(ValueError, match=r"a composite key needs at least one element"):
         kg.assign_to_key_group((), 128)
+
+
+def test_no_fix_is_offered_that_cannot_work() -> None:
+    with pytest.raises(ValueError, match=r"at most 32768$"):
+        kg.skew(32768, 40000)
+
+
+def test_mixed_ints_and_floats_are_refused_not_widened() -> None:
+    """Arrow would silently make [42, 2.5] doubles, and 42 would land in another key group."""
+    with pytest.raises(ValueError, match="got both int and float; an int key hashes as a Long"):
+        kg.assign_to_key_groups([42, 2.5], 128, hash="flink")
+    with pytest.raises(ValueError, match="got both int and float"):
+        kg.assign_to_key_groups(np.array([1, 2.5], dtype=object), 128)
+
+
+def test_ints_beyond_64_bits_in_a_list() -> None:
+    with pytest.raises(ValueError, match="an int key is outside the 64-bit range"):
+        kg.assign_to_key_groups([1, 2**63], 128)
+
+
+def test_arrays_must_be_one_dimensional() -> None:
+    with pytest.raises(ValueError, match=r"keys must be a 1-dimensional array, got shape \(2, 2\)"):
+        kg.assign_to_key_groups(np.zeros((2, 2), dtype=np.int64), 128)
+
+
+def test_composite_key_table_without_columns() -> None:
+    with pytest.raises(ValueError, match="a composite key table has no columns"):
+        kg.assign_to_key_groups(pa.table({}), 128)

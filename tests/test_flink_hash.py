@@ -74,6 +74,43 @@ def test_flink_doubles_hash_as_java_double(keys: list[float]) -> None:
     assert assign_to_key_groups(np.array(keys, dtype=np.float64), 4096, hash="flink").tolist() == expected
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(width=32, allow_nan=True), min_size=1, max_size=50))
+def test_flink_float32_hash_as_java_float(keys: list[float]) -> None:
+    expected = [ref.flink_key_group(ref.float_hash_code(key), 4096) for key in keys]
+    assert assign_to_key_groups(np.array(keys, dtype=np.float32), 4096, hash="flink").tolist() == expected
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint8, np.uint16])
+def test_flink_small_integers_hash_as_their_value(dtype: type) -> None:
+    """Byte/Short/Character.hashCode is the value itself, like Integer's."""
+    info = np.iinfo(dtype)
+    keys = np.array([info.min, -1 if info.min < 0 else 1, 0, info.max], dtype=dtype)
+    expected = [ref.flink_key_group(int(key), 4096) for key in keys]
+    assert assign_to_key_groups(keys, 4096, hash="flink").tolist() == expected
+
+
+def test_every_input_container_gives_the_same_groups() -> None:
+    import pandas as pd
+
+    keys = ["hello", "user-42", "", "日本😀"]
+    expected = [ref.flink_key_group(ref.string_hash_code(key), 4096) for key in keys]
+    containers = [
+        keys,
+        np.array(keys),
+        np.array(keys, dtype=object),
+        pd.Series(keys),
+        pd.Series(keys, dtype="string"),
+        pa.chunked_array([keys[:2], keys[2:]]),
+        pa.array(keys).dictionary_encode(),
+        pa.array(keys, pa.large_string()),
+    ]
+    for container in containers:
+        assert assign_to_key_groups(container, 4096, hash="flink").tolist() == expected
+    longs = np.array([42, -7], dtype=">i8")  # big-endian input is read by value
+    assert assign_to_key_groups(longs, 4096, hash="flink").tolist() == [3613, 3218]
+
+
 def test_flink_booleans_hash_as_java_boolean() -> None:
     expected = [ref.flink_key_group(1231, 128), ref.flink_key_group(1237, 128)]
     assert assign_to_key_groups([True, False], 128, hash="flink").tolist() == expected

@@ -47,6 +47,9 @@ def test_ranges_are_contiguous_disjoint_and_cover_all_groups(case: tuple[int, in
     sizes = [end - start + 1 for start, end in ranges]
     assert min(sizes) >= 1
     assert max(sizes) - min(sizes) <= 1
+    # Flink's computeKeyGroupRangeForOperatorIndex, in exact integer arithmetic.
+    starts = [-(-subtask * max_parallelism // parallelism) for subtask in range(parallelism)]
+    assert [start for start, _ in ranges] == starts
 
 
 @settings(max_examples=150, deadline=None)
@@ -122,6 +125,14 @@ def test_worst_rescale_skew_is_the_brute_force_maximum() -> None:
     skews = {q: brute_force_skew(256, q) for q in range(100, 201)}
     worst_at = max(skews, key=lambda q: (skews[q], -q))
     assert kg.worst_rescale_skew(256, 100, 200) == (pytest.approx(skews[worst_at]), worst_at)
+
+
+def test_numpy_integers_are_plain_integers() -> None:
+    """Fixed-width NumPy ints must not overflow inside the range arithmetic."""
+    assert kg.key_group_range(np.int16(32000), np.int16(3000), np.int16(2999)) == kg.key_group_range(32000, 3000, 2999)
+    assert kg.subtask_for_key_group(np.int16(32000), np.int16(3000), np.int16(31999)) == 2999
+    assert kg.default_max_parallelism(np.int64(171), "flink-legacy") == 256
+    assert kg.default_max_parallelism(np.int16(2000)) == 32000
 
 
 def test_explanations_name_the_rule() -> None:

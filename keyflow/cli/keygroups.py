@@ -62,8 +62,12 @@ def build_report(
         "policies": {name: _policy_summary(parallelism, name, rescale) for name in kg.POLICIES},
     }
     if rescale is not None:
-        worst, at = kg.worst_rescale_skew(chosen, *rescale)
-        report["rescale"] = {"from": rescale[0], "to": rescale[1], "worst_skew": worst, "at_parallelism": at}
+        report["rescale"] = _rescale_summary(chosen, rescale)
+        if report["rescale"] is None:
+            raise ValueError(
+                f"--rescale-to {rescale[0]}..{rescale[1]} starts above max parallelism {chosen}, and no job runs "
+                f"above its max parallelism; start the range at {chosen} or lower, or raise --max-parallelism"
+            )
     return report
 
 
@@ -71,11 +75,17 @@ def _policy_summary(parallelism: int, policy: kg.Policy, rescale: tuple[int, int
     chosen = kg.default_max_parallelism(parallelism, policy)
     summary: dict[str, Any] = {"max_parallelism": chosen, "skew": kg.skew(chosen, parallelism)}
     if rescale is not None:
-        low, high = rescale[0], min(rescale[1], chosen)
-        if low <= high:
-            summary["worst_rescale_skew"], summary["worst_at"] = kg.worst_rescale_skew(chosen, low, high)
-        summary["rescale_limit"] = high
+        summary["rescale"] = _rescale_summary(chosen, rescale)
     return summary
+
+
+def _rescale_summary(max_parallelism: int, rescale: tuple[int, int]) -> dict[str, Any] | None:
+    """Worst skew over the requested range, cut at K (``limit``); None if the range starts above K."""
+    low, limit = rescale[0], min(rescale[1], max_parallelism)
+    if low > limit:
+        return None
+    worst, at = kg.worst_rescale_skew(max_parallelism, low, limit)
+    return {"from": low, "to": rescale[1], "limit": limit, "worst_skew": worst, "at_parallelism": at}
 
 
 def _policy(name: str) -> kg.Policy:
@@ -114,28 +124,24 @@ def _print_report(report: dict[str, Any], full: bool) -> None:
             table.add_row(str(row["subtask"]), f"{row['start']}..{row['end']}", str(row["count"]))
     console.print(table)
 
-    policies = Table(
-        "policy", "max parallelism", f"skew at p={report['parallelism']}", title="default policies side by side"
-    )
     rescale = report.get("rescale")
+    policies = Table("policy", "max parallelism", f"skew at p={report['parallelism']}", title="default policies")
     if rescale:
         policies.add_column(f"worst skew over p={rescale['from']}..{rescale['to']}")
     for name, summary in report["policies"].items():
         cells = [name, str(summary["max_parallelism"]), f"{summary['skew']:.3f}"]
         if rescale:
-            cells.append(_worst_cell(summary, rescale["to"]))
+            cells.append(_rescale_cell(summary["rescale"]))
         policies.add_row(*cells)
     console.print(policies)
     if rescale:
-        worst = f"{rescale['worst_skew']:.3f} at parallelism {rescale['at_parallelism']}"
-        span = f"{rescale['from']}..{rescale['to']}"
-        console.print(f"[bold]with K={report['max_parallelism']}:[/] worst skew over {span} is {worst}")
+        console.print(f"[bold]with K={report['max_parallelism']}:[/] worst skew {_rescale_cell(rescale)}")
 
 
-def _worst_cell(summary: dict[str, Any], wanted_high: int) -> str:
-    if "worst_rescale_skew" not in summary:
-        return "n/a (range above K)"
-    cell = f"{summary['worst_rescale_skew']:.3f} (at p={summary['worst_at']})"
-    if summary["rescale_limit"] < wanted_high:
-        cell += f", only up to p={summary['rescale_limit']} = K"
+def _rescale_cell(rescale: dict[str, Any] | None) -> str:
+    if rescale is None:
+        return "n/a (range starts above K)"
+    cell = f"{rescale['worst_skew']:.3f} (at p={rescale['at_parallelism']})"
+    if rescale["limit"] < rescale["to"]:
+        cell += f", only up to p={rescale['limit']} = K"
     return cell

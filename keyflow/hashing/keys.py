@@ -86,10 +86,14 @@ def scalar_key_columns(key: Any) -> list[KeyColumn]:
 def table_key_columns(values: Any) -> list[KeyColumn]:
     """Type keys given as one array, or as a table (one column per composite-key part)."""
     if isinstance(values, (pa.Table, pa.RecordBatch)):
-        return [key_column(column) for column in values.columns]
-    if _is_pandas_frame(values):
-        return [key_column(values[name]) for name in values.columns]
-    return [key_column(values)]
+        columns = [key_column(column) for column in values.columns]
+    elif _is_pandas_frame(values):
+        columns = [key_column(values[name]) for name in values.columns]
+    else:
+        return [key_column(values)]
+    if not columns:
+        raise ValueError("a composite key table has no columns; pass at least one key column")
+    return columns
 
 
 def _scalar_to_arrow(key: Any) -> pa.Scalar:
@@ -120,13 +124,39 @@ def _to_arrow(values: Any) -> pa.Array:
     if isinstance(values, pa.Array):
         return values
     if isinstance(values, np.ndarray) and values.dtype != object:
-        return pa.array(values)
+        if values.ndim != 1:
+            raise ValueError(
+                f"keys must be a 1-dimensional array, got shape {values.shape}; flatten it or pass columns"
+            )
+        return pa.array(values.astype(values.dtype.newbyteorder("=")))
     if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
         raise ValueError(f"keys must be an array or a sequence of keys, got {type(values).__name__}")
+    if len(values) == 0:
+        return pa.array([], pa.int64())
     try:
-        return pa.array(values, from_pandas=True)
+        array = pa.array(values, from_pandas=True)
+    except OverflowError:
+        raise ValueError(
+            f"an int key is outside the 64-bit range [{_LONG_MIN}, {_LONG_MAX}]; use str keys for larger numbers"
+        ) from None
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
         raise ValueError(f"keys in one array must share one supported type ({SUPPORTED_TYPES}): {error}") from None
+    if pa.types.is_floating(array.type) and _holds_python_ints(values):
+        raise ValueError(
+            "keys in one array must share one type, got both int and float; an int key hashes as a Long "
+            "and a float key as a Double, so cast all keys to one type first"
+        )
+    return array
+
+
+def _holds_python_ints(values: Any) -> bool:
+    """Whether a Python sequence (or object array) mixes ints in; Arrow would widen them to double.
+
+    Looks at Python objects that Arrow has already had to visit one by one.
+    """
+    if hasattr(values, "dtype") and values.dtype != object:
+        return False
+    return any(isinstance(value, (int, np.integer)) and not isinstance(value, bool) for value in values)
 
 
 def _is_pandas_frame(values: Any) -> bool:

@@ -10,7 +10,7 @@ from keyflow.keygroups import check_max_parallelism, check_parallelism
 
 def key_group_column(keys: list[str | Column], max_parallelism: int) -> Column:
     """``pmod(hash(k1, k2, ...), K)``: the same value as ``assign_to_key_groups(..., hash="spark")``."""
-    check_max_parallelism(max_parallelism)
+    max_parallelism = check_max_parallelism(max_parallelism)
     if not keys:
         raise ValueError("a key needs at least one column")
     return F.pmod(F.hash(*keys), F.lit(max_parallelism))
@@ -18,5 +18,5 @@ def key_group_column(keys: list[str | Column], max_parallelism: int) -> Column:
 
 def subtask_column(key_group: Column, max_parallelism: int, parallelism: int) -> Column:
     """``key_group * p div K``: the subtask owning each key group (Flink's contiguous ranges)."""
-    check_parallelism(parallelism, max_parallelism)
+    parallelism, max_parallelism = check_parallelism(parallelism, max_parallelism)
     return ((key_group.cast("long") * parallelism) / max_parallelism).cast("long").cast("int")
