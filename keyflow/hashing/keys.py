@@ -128,7 +128,7 @@ def _to_arrow(values: Any) -> pa.Array:
             raise ValueError(
                 f"keys must be a 1-dimensional array, got shape {values.shape}; flatten it or pass columns"
             )
-        return pa.array(values.astype(values.dtype.newbyteorder("=")))
+        return pa.array(values.astype(values.dtype.newbyteorder("="), copy=False))
     if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
         raise ValueError(f"keys must be an array or a sequence of keys, got {type(values).__name__}")
     if len(values) == 0:
