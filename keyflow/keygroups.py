@@ -46,7 +46,6 @@ started anywhere in that range stays balanced when it is rescaled anywhere in it
 """
 
 KEYFLOW_RESCALE_RANGE = 1024
-MAX_SKEW_TARGET = 1.05
 
 
 def assign_to_key_group(key: Any, max_parallelism: int, hash: HashName = "spark") -> int:
@@ -82,11 +81,11 @@ def _key_groups(columns: list[KeyColumn], max_parallelism: int, hash: HashName) 
                 f"hash='flink' takes single-column keys, got {len(columns)} columns; "
                 "use hash='spark' for composite keys"
             )
-        return flink_key_groups_for_hash_codes(java_hash_codes(columns[0]), max_parallelism)
+        return _flink_key_groups_for_hash_codes(java_hash_codes(columns[0]), max_parallelism)
     raise ValueError(f"unknown hash {hash!r}; choose one of {', '.join(HASHES)}")
 
 
-def flink_key_groups_for_hash_codes(hash_codes: npt.NDArray[np.uint32], max_parallelism: int) -> npt.NDArray[np.int32]:
+def _flink_key_groups_for_hash_codes(hash_codes: npt.NDArray[np.uint32], max_parallelism: int) -> npt.NDArray[np.int32]:
     """Flink's ``computeKeyGroupForKeyHash``: ``MathUtils.murmurHash(code) % K``.
 
     ``murmurHash`` is one Murmur3 block with seed 0, made non-negative the Java way
