@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test bench lock clean
 
 demo: $(STAMP)
-	$(VENV)/bin/keyflow keygroups --parallelism 171 --rescale-to 1..1024
+	$(VENV)/bin/keyflow run examples/clickstream.py
 
 test: $(STAMP)
 	scripts/test.sh

@@ -1,3 +1,47 @@
-"""keyflow: keyed, stateful pipelines on Apache Spark with Flink's parallelism model."""
+"""keyflow: keyed, stateful pipelines on Apache Spark with Flink's parallelism model.
+
+The names below load lazily, so ``import keyflow.keygroups`` stays free of Spark.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Pipeline": "keyflow.api.pipeline",
+    "Stream": "keyflow.api.stream",
+    "KeyedStream": "keyflow.api.stream",
+    "KeyedBatch": "keyflow.api.keyed",
+    "KeyedState": "keyflow.api.keyed",
+    "ValueState": "keyflow.api.state",
+    "ListState": "keyflow.api.state",
+    "MapState": "keyflow.api.state",
+    "datagen": "keyflow.connectors.datagen",
+    "sequence": "keyflow.connectors.datagen",
+    "random_int": "keyflow.connectors.datagen",
+    "random_float": "keyflow.connectors.datagen",
+    "random_string": "keyflow.connectors.datagen",
+    "choice": "keyflow.connectors.datagen",
+    "zipf": "keyflow.connectors.datagen",
+    "timestamp": "keyflow.connectors.datagen",
+    "files": "keyflow.connectors.files",
+    "parquet": "keyflow.connectors.files",
+    "json": "keyflow.connectors.files",
+    "csv": "keyflow.connectors.files",
+    "console": "keyflow.connectors.console",
+    "KeyflowError": "keyflow.errors",
+    "PlanError": "keyflow.errors",
+    "PipelineError": "keyflow.errors",
+    "ConfigError": "keyflow.config",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'keyflow' has no attribute {name!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from keyflow.cli.keygroups import keygroups
+from keyflow.cli.pipelines import plan, run
 
 app = typer.Typer(
     name="keyflow",
@@ -14,11 +15,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command(name="keygroups")(keygroups)
-
-
-@app.callback()
-def _root() -> None:
-    """Keep ``keyflow COMMAND`` form even while there is a single command."""
+app.command(name="plan")(plan)
+app.command(name="run")(run)
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""What users write: pipelines, streams, keyed operators and their state."""

@@ -1,0 +1,159 @@
+"""What a ``process`` function receives: a batch of rows grouped by key, and its state.
+
+Both are vectorised: the function sees whole Arrow columns and reads or writes the state
+of every key in the batch at once, never one record per Python call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from keyflow.state.memory import KeyedStateStore, Slots
+
+
+@dataclass(frozen=True)
+class KeyedBatch:
+    """Rows sorted by key (then by the operator's ``order_by``).
+
+    ``keys`` holds each distinct key of the batch once, in order; ``key_index[i]`` is the
+    position in ``keys`` of row ``i``'s key; key ``j``'s rows are
+    ``data[starts[j] : starts[j] + counts[j]]``. A key's rows may continue in the next
+    batch: that is what state is for.
+    """
+
+    data: pa.Table
+    keys: pa.Table
+    key_index: npt.NDArray[np.int64]
+    starts: npt.NDArray[np.int64]
+    counts: npt.NDArray[np.int64]
+    key_groups: npt.NDArray[np.int32]
+    subtask: int
+
+    @property
+    def num_keys(self) -> int:
+        return self.keys.num_rows
+
+    @staticmethod
+    def from_sorted(
+        data: pa.Table, key_names: tuple[str, ...], key_groups: npt.NDArray[np.int32], subtask: int
+    ) -> KeyedBatch:
+        """Find key boundaries in rows already sorted by key (one vectorised pass per key column)."""
+        rows = data.num_rows
+        boundary = np.zeros(rows, dtype=bool)
+        if rows:
+            boundary[0] = True
+        for name in key_names:
+            column = data.column(name)
+            changed = pc.not_equal(column.slice(1), column.slice(0, rows - 1)) if rows > 1 else pa.array([], pa.bool_())
+            boundary[1:] |= np.asarray(changed.to_numpy(zero_copy_only=False), dtype=bool)
+        starts = np.flatnonzero(boundary).astype(np.int64)
+        counts = np.diff(np.append(starts, rows)).astype(np.int64)
+        key_index = np.cumsum(boundary).astype(np.int64) - 1
+        return KeyedBatch(
+            data=data,
+            keys=data.select(list(key_names)).take(starts),
+            key_index=key_index,
+            starts=starts,
+            counts=counts,
+            key_groups=key_groups[starts],
+            subtask=subtask,
+        )
+
+
+class ValueStateView:
+    """One value per key of the batch."""
+
+    def __init__(self, store: KeyedStateStore, name: str, slots: Slots) -> None:
+        self._column = store.columns[name]
+        self._slots = slots
+
+    def get(self) -> pa.Array:
+        """The stored value of every key in ``batch.keys`` (null where none is stored)."""
+        return self._column.get(self._slots)
+
+    def update(self, values: Any) -> None:
+        """Store one value per key in ``batch.keys``; a null clears that key's state."""
+        self._column.set(self._slots, _array(values, self._column.type))
+
+    def clear(self) -> None:
+        self.update(pa.nulls(len(self._slots), self._column.type))
+
+
+class ListStateView(ValueStateView):
+    """A list per key of the batch."""
+
+    def add(self, values: Any, key_index: npt.NDArray[np.integer]) -> None:
+        """Append ``values[i]`` to the list of key ``key_index[i]`` (e.g. ``batch.key_index``)."""
+        element_type = self._column.type.value_type
+        order = np.argsort(np.asarray(key_index), kind="stable")
+        sorted_index = np.asarray(key_index)[order]
+        items = _array(values, element_type).take(pa.array(order))
+        bounds = np.searchsorted(sorted_index, np.arange(len(self._slots) + 1))
+        appended = pa.ListArray.from_arrays(pa.array(bounds, pa.int32()), items)
+        current = self.get().fill_null(pa.scalar([], self._column.type))
+        self.update(_concat_lists(current, appended))
+
+
+class MapStateView(ValueStateView):
+    """A map per key of the batch."""
+
+    def put(self, map_keys: Any, values: Any, key_index: npt.NDArray[np.integer]) -> None:
+        """Set entry ``map_keys[i] -> values[i]`` in the map of key ``key_index[i]`` (later rows win)."""
+        key_type, item_type = self._column.type.key_type, self._column.type.item_type
+        entries = zip(
+            np.asarray(key_index).tolist(),
+            _array(map_keys, key_type).to_pylist(),
+            _array(values, item_type).to_pylist(),
+            strict=True,
+        )
+        merged = [dict(existing or []) for existing in self.get().to_pylist()]
+        for key_position, map_key, value in entries:
+            merged[key_position][map_key] = value
+        self.update(pa.array([list(entry.items()) for entry in merged], type=self._column.type))
+
+
+class KeyedState:
+    """The declared states of a ``process`` operator, aligned with the batch's keys."""
+
+    def __init__(self, store: KeyedStateStore, slots: Slots, kinds: dict[str, type[ValueStateView]]) -> None:
+        self._views = {name: kind(store, name, slots) for name, kind in kinds.items()}
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self._views[name]
+        except KeyError:
+            raise KeyError(f"no state named {name!r}; declared: {', '.join(self._views) or 'none'}") from None
+
+
+def _array(values: Any, arrow_type: pa.DataType) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not isinstance(values, pa.Array):
+        values = pa.array(values, type=arrow_type, from_pandas=True)
+    return values if values.type == arrow_type else values.cast(arrow_type)
+
+
+def _concat_lists(left: pa.ListArray, right: pa.ListArray) -> pa.ListArray:
+    """Element-wise list concatenation, as index arithmetic over the flattened values."""
+    left_lengths = left.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+    right_lengths = right.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+    left_starts = np.cumsum(left_lengths) - left_lengths
+    right_starts = np.cumsum(right_lengths) - right_lengths
+    lengths = left_lengths + right_lengths
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    position = np.arange(int(offsets[-1])) - offsets[:-1][owner]
+    from_left = position < left_lengths[owner]
+    source = np.where(
+        from_left,
+        left_starts[owner] + position,
+        left_lengths.sum() + right_starts[owner] + position - left_lengths[owner],
+    )
+    flat = pa.concat_arrays([left.flatten(), right.flatten()]).take(pa.array(source, pa.int64()))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat, type=left.type)

@@ -1,0 +1,78 @@
+"""``Pipeline``: the entry point users write against."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from keyflow.api import nodes
+from keyflow.api.stream import Stream, check_parallelism_option
+from keyflow.config import Config, load_yaml
+from keyflow.errors import PlanError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from keyflow.plan.graph import JobGraph
+    from keyflow.runtime.executor import RunResult
+
+_overrides: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("keyflow_overrides", default=None)
+
+
+@contextmanager
+def config_overrides(values: Mapping[str, Any]) -> Iterator[None]:
+    """Configuration that wins over what a pipeline file sets (the CLI's ``--conf``)."""
+    token = _overrides.set(dict(values))
+    try:
+        yield
+    finally:
+        _overrides.reset(token)
+
+
+class Pipeline:
+    """A dataflow of sources, operators and sinks, run on Spark.
+
+    ``config`` is a mapping or a YAML file path of options (see docs/configuration.md);
+    ``parallelism`` is shorthand for ``parallelism.default``.
+    """
+
+    def __init__(self, parallelism: int | None = None, config: Mapping[str, Any] | str | Path | None = None) -> None:
+        values = load_yaml(config) if isinstance(config, (str, Path)) else dict(config or {})
+        if parallelism is not None:
+            values["parallelism.default"] = check_parallelism_option(parallelism, "pipeline")
+        self.config = Config(values).merged(_overrides.get())
+        self.sinks: list[nodes.SinkNode] = []
+
+    def source(self, source: Any, parallelism: int | None = None, name: str | None = None) -> Stream:
+        """A stream reading ``source``; ``parallelism`` is the source's own (``scan.parallelism``)."""
+        if not hasattr(source, "read"):
+            raise PlanError(f"{source!r} is not a source; use datagen(...) or files(...)")
+        label = name or f"source: {source.describe().get('connector', 'source')}"
+        node = nodes.SourceNode((), label, check_parallelism_option(parallelism, f"source {label!r}"), source=source)
+        return Stream(self, node)
+
+    def add_sink(self, sink: nodes.SinkNode) -> None:
+        self.sinks.append(sink)
+
+    def plan(self) -> JobGraph:
+        """The job graph: vertices with parallelism and max parallelism, edges with partitioners."""
+        from keyflow.plan.compile import compile_plan
+
+        if not self.sinks:
+            raise PlanError("the pipeline has no sink; end a stream with .sink(parquet('out/...')) or use .to_arrow()")
+        return compile_plan(self.sinks, self.config)
+
+    def run(self) -> RunResult:
+        """Run every sink (bounded sources: one batch job) and return what was written."""
+        from keyflow.runtime.executor import run_pipeline
+
+        return run_pipeline(self, self.plan())
+
+    def collect(self, node: nodes.Node) -> pa.Table:
+        from keyflow.plan.compile import compile_plan
+        from keyflow.runtime.executor import collect_node
+
+        return collect_node(self, compile_plan([node], self.config), node)

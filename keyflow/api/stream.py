@@ -1,0 +1,183 @@
+"""Streams: what users chain operators on. Each method adds one node and returns a stream."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from keyflow.api import nodes
+from keyflow.api.state import StateDescriptor
+from keyflow.errors import PlanError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from keyflow.api.pipeline import Pipeline
+
+
+def check_parallelism_option(value: int | None, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlanError(f"{what} parallelism={value!r} is invalid; it must be a positive integer")
+    return value
+
+
+class Stream:
+    """A stream of rows; stateless operators run as Spark SQL expressions or Arrow batches."""
+
+    def __init__(self, pipeline: Pipeline, node: nodes.Node) -> None:
+        self.pipeline = pipeline
+        self.node = node
+
+    def _then(self, node: nodes.Node) -> Stream:
+        return Stream(self.pipeline, node)
+
+    def set_parallelism(self, parallelism: int) -> Stream:
+        """Run the operator that produced this stream with ``parallelism`` subtasks."""
+        self.node.parallelism = check_parallelism_option(parallelism, f"operator {self.node.name!r}")
+        return self
+
+    def select(self, *expressions: str, name: str = "select", parallelism: int | None = None) -> Stream:
+        """Keep or compute columns with Spark SQL expressions: ``select("user", "price * 2 AS double")``."""
+        if not expressions or not all(isinstance(e, str) and e.strip() for e in expressions):
+            raise PlanError(f"select needs one or more SQL expression strings, got {expressions!r}")
+        return self._then(nodes.SelectNode((self.node,), name, _p(parallelism, name), expressions=expressions))
+
+    def filter(self, condition: str, name: str = "filter", parallelism: int | None = None) -> Stream:
+        """Keep rows where a Spark SQL condition holds: ``filter("price > 0")``."""
+        if not isinstance(condition, str) or not condition.strip():
+            raise PlanError(f"filter needs a SQL condition string such as 'price > 0', got {condition!r}")
+        return self._then(nodes.FilterNode((self.node,), name, _p(parallelism, name), condition=condition))
+
+    def with_columns(self, name: str = "with_columns", parallelism: int | None = None, **columns: str) -> Stream:
+        """Add or replace columns from Spark SQL expressions: ``with_columns(total="price * qty")``."""
+        if not columns or not all(isinstance(e, str) and e.strip() for e in columns.values()):
+            raise PlanError(f"with_columns needs column=SQL expression pairs, got {columns!r}")
+        return self._then(nodes.WithColumnsNode((self.node,), name, _p(parallelism, name), columns=columns))
+
+    def map_batches(
+        self,
+        function: Callable[[Any], Any],
+        schema: pa.Schema | str | None = None,
+        batch_format: str = "arrow",
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Python logic over whole batches: ``function(batch) -> batch``, where a batch is a
+        ``pyarrow.RecordBatch`` (``batch_format="arrow"``) or a pandas DataFrame (``"pandas"``).
+
+        ``schema`` (Arrow schema or Spark DDL string) is the output's; when omitted it is the
+        result of calling ``function`` on an empty batch of the input schema.
+        """
+        if not callable(function):
+            raise PlanError(f"map_batches needs a function, got {function!r}")
+        if batch_format not in ("arrow", "pandas"):
+            raise PlanError(f"map_batches batch_format={batch_format!r} is invalid; choose arrow or pandas")
+        label = name or getattr(function, "__name__", "map_batches")
+        node = nodes.MapBatchesNode(
+            (self.node,), label, _p(parallelism, label), function=function, schema=schema, batch_format=batch_format
+        )
+        return self._then(node)
+
+    def key_by(self, *keys: str, on_null: Any = None) -> KeyedStream:
+        """Partition by key: rows with equal keys meet in one subtask, in one key group.
+
+        ``on_null``: a sink that receives rows whose key has a null (a dead letter queue);
+        by default ``pipeline.null-keys`` decides (``fail`` with the count, or ``drop``).
+        """
+        if not keys or not all(isinstance(key, str) and key.strip() for key in keys):
+            raise PlanError(f"key_by needs one or more column names, got {keys!r}")
+        if on_null is not None and not hasattr(on_null, "write"):
+            raise PlanError(f"key_by on_null={on_null!r} is not a sink; pass e.g. parquet('out/dead_letters')")
+        return KeyedStream(self, tuple(keys), on_null)
+
+    def sink(self, sink: Any, parallelism: int | None = None, name: str | None = None) -> None:
+        """Write this stream to ``sink`` when the pipeline runs."""
+        if not hasattr(sink, "write"):
+            raise PlanError(f"{sink!r} is not a sink; use parquet(...), json(...), csv(...) or console()")
+        described = sink.describe()
+        label = name or f"sink: {described.get('path', described.get('connector', 'sink'))}"
+        self.pipeline.add_sink(nodes.SinkNode((self.node,), label, _p(parallelism, label), sink=sink))
+
+    def to_arrow(self) -> pa.Table:
+        """Run the pipeline up to this stream (bounded sources) and return its rows."""
+        return self.pipeline.collect(self.node)
+
+    def to_pandas(self) -> pd.DataFrame:
+        return self.to_arrow().to_pandas()
+
+
+class KeyedStream:
+    """A stream partitioned by key; its operators keep per-key state in key groups."""
+
+    def __init__(self, stream: Stream, keys: tuple[str, ...], on_null: Any) -> None:
+        self._stream = stream
+        self.keys = keys
+        self._on_null = on_null
+
+    def aggregate(self, name: str = "aggregate", parallelism: int | None = None, **aggregations: str) -> Stream:
+        """Per-key aggregates as Spark SQL: ``aggregate(clicks="count(*)", revenue="sum(price)")``.
+
+        Built-ins (count, sum, min, max, avg, first, last, and any other Spark aggregate)
+        are partially aggregated before the keyed exchange, so one row per key crosses it.
+        """
+        if not aggregations or not all(isinstance(e, str) and e.strip() for e in aggregations.values()):
+            raise PlanError(
+                f"aggregate needs name='aggregate expression' pairs such as count='count(*)', got {aggregations!r}"
+            )
+        clash = set(aggregations) & set(self.keys)
+        if clash:
+            raise PlanError(f"aggregate output {sorted(clash)} has the name of a key column; rename the aggregate")
+        node = nodes.AggregateNode(
+            (self._stream.node,),
+            name,
+            _p(parallelism, name),
+            keys=self.keys,
+            on_null=self._on_null,
+            aggregations=aggregations,
+        )
+        return self._stream._then(node)
+
+    def process(
+        self,
+        function: Callable[..., Any],
+        schema: pa.Schema | str,
+        state: dict[str, StateDescriptor] | None = None,
+        order_by: tuple[str, ...] | list[str] = (),
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """A keyed process function over Arrow batches: ``function(batch, state) -> table``.
+
+        ``batch`` is a :class:`keyflow.KeyedBatch` (rows sorted by key, then ``order_by``);
+        ``state`` gives vectorised access to the declared per-key ``state``; the result is a
+        ``pyarrow.Table``/``RecordBatch`` or pandas DataFrame matching ``schema``.
+        """
+        if not callable(function):
+            raise PlanError(f"process needs a function, got {function!r}")
+        if schema is None:
+            raise PlanError("process needs the output schema: a pyarrow.Schema or a DDL string 'user string, n long'")
+        for state_name, descriptor in (state or {}).items():
+            if not hasattr(descriptor, "arrow_type"):
+                raise PlanError(f"state {state_name!r} is {descriptor!r}; declare ValueState, ListState or MapState")
+            descriptor.arrow_type  # validates the type now, at plan time  # noqa: B018
+        label = name or getattr(function, "__name__", "process")
+        node = nodes.ProcessNode(
+            (self._stream.node,),
+            label,
+            _p(parallelism, label),
+            keys=self.keys,
+            on_null=self._on_null,
+            function=function,
+            schema=schema,
+            state=dict(state or {}),
+            order_by=tuple(order_by),
+        )
+        return self._stream._then(node)
+
+
+def _p(parallelism: int | None, name: str) -> int | None:
+    return check_parallelism_option(parallelism, f"operator {name!r}")

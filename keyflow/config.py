@@ -1,0 +1,198 @@
+"""Pipeline configuration: Flink-style keys, ``spark.*`` pass-through, one validation.
+
+Sources of configuration, later ones winning: defaults, a YAML file, a dict in code,
+``--conf key=value`` on the CLI. Unknown keys are errors (with the closest known key),
+because a misspelt option silently ignored is a wrong result waiting to happen.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from keyflow.errors import KeyflowError
+from keyflow.keygroups import UPPER_BOUND_MAX_PARALLELISM
+
+
+class ConfigError(KeyflowError):
+    """An invalid configuration key or value."""
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str
+    parse: Callable[[str, Any], Any]
+    default: Any
+    doc: str
+
+
+def _positive_int(key: str, value: Any, upper: int | None = None) -> int:
+    try:
+        number = int(str(value).strip()) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or number < 1 or (upper is not None and number > upper):
+        bound = f"between 1 and {upper}" if upper else "a positive integer"
+        raise ConfigError(f"{key}={value!r} is invalid; it must be {bound}")
+    return number
+
+
+def _choice(*choices: str) -> Callable[[str, Any], str]:
+    def parse(key: str, value: Any) -> str:
+        if str(value) not in choices:
+            raise ConfigError(f"{key}={value!r} is invalid; choose one of {', '.join(choices)}")
+        return str(value)
+
+    return parse
+
+
+def _text(key: str, value: Any) -> str:
+    if not str(value).strip():
+        raise ConfigError(f"{key} must not be empty")
+    return str(value)
+
+
+OPTIONS: dict[str, Option] = {
+    option.key: option
+    for option in (
+        Option(
+            "parallelism.default",
+            _positive_int,
+            None,
+            "Parallelism of every operator that sets none. Default: the cores of a local[N]/local[*] master, "
+            "else spark.default.parallelism.",
+        ),
+        Option(
+            "pipeline.max-parallelism",
+            lambda key, value: _positive_int(key, value, UPPER_BOUND_MAX_PARALLELISM),
+            None,
+            "Number of key groups K (1..32768). Default: the keyflow policy (27720 up to parallelism 1024).",
+        ),
+        Option("pipeline.name", _text, "keyflow", "Name of the pipeline (Spark application name)."),
+        Option(
+            "pipeline.null-keys",
+            _choice("fail", "drop"),
+            "fail",
+            "What key_by does with rows whose key has a null: fail (error with the count) or drop. "
+            "A dead-letter sink passed to key_by(on_null=...) overrides this.",
+        ),
+        Option(
+            "pipeline.progress",
+            _choice("auto", "on", "off"),
+            "auto",
+            "Progress display while Spark jobs run: auto (only on a terminal), on, off.",
+        ),
+    )
+}
+
+
+class Config(Mapping[str, Any]):
+    """Validated keyflow options plus raw ``spark.*`` settings."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self._values: dict[str, Any] = {key: option.default for key, option in OPTIONS.items()}
+        self._spark: dict[str, str] = {}
+        self._set_keys: set[str] = set()
+        self.update(values or {})
+
+    def update(self, values: Mapping[str, Any]) -> None:
+        for key, value in values.items():
+            key = str(key).strip()
+            if key.startswith("spark."):
+                self._spark[key] = str(value)
+            elif key in OPTIONS:
+                self._values[key] = None if value is None else OPTIONS[key].parse(key, value)
+                self._set_keys.add(key)
+            else:
+                raise ConfigError(_unknown_key_message(key))
+
+    def merged(self, values: Mapping[str, Any] | None) -> Config:
+        """A copy with ``values`` applied on top."""
+        copy = Config()
+        copy._values, copy._spark, copy._set_keys = dict(self._values), dict(self._spark), set(self._set_keys)
+        copy.update(values or {})
+        return copy
+
+    @property
+    def spark(self) -> dict[str, str]:
+        return dict(self._spark)
+
+    def is_set(self, key: str) -> bool:
+        return key in self._set_keys
+
+    def __getitem__(self, key: str) -> Any:
+        if key.startswith("spark."):
+            return self._spark[key]
+        return self._values[key]
+
+    def __iter__(self) -> Any:
+        return iter([*self._values, *self._spark])
+
+    def __len__(self) -> int:
+        return len(self._values) + len(self._spark)
+
+    def default_parallelism(self) -> int:
+        """``parallelism.default``, or the local master's cores, or ``spark.default.parallelism``."""
+        configured = self._values["parallelism.default"]
+        if configured is not None:
+            return int(configured)
+        master = self._spark.get("spark.master", "local[*]")
+        match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+        if match:
+            cores = match.group(1)
+            return (os.cpu_count() or 1) if cores in (None, "*") else int(cores)
+        if "spark.default.parallelism" in self._spark:
+            return _positive_int("spark.default.parallelism", self._spark["spark.default.parallelism"])
+        raise ConfigError(
+            f"parallelism.default is not set and spark.master={master} is not local; "
+            "set parallelism.default (e.g. --conf parallelism.default=8)"
+        )
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML file of ``key: value`` pairs (nested mappings are joined with dots)."""
+    file = Path(path)
+    try:
+        loaded = yaml.safe_load(file.read_text()) or {}
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {file}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {file} is not valid YAML: {error}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {file} must be a mapping of key: value, got {type(loaded).__name__}")
+    return _flatten(loaded)
+
+
+def parse_conf_pairs(pairs: Iterable[str]) -> dict[str, str]:
+    """``["key=value", ...]`` from ``--conf`` flags."""
+    parsed: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--conf {pair!r} is not key=value, e.g. --conf parallelism.default=4")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _unknown_key_message(key: str) -> str:
+    close = difflib.get_close_matches(key, list(OPTIONS), n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"unknown configuration key {key!r}; {hint}known keys: {', '.join(OPTIONS)}, and spark.* keys"

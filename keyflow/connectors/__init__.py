@@ -1,0 +1,1 @@
+"""Sources and sinks: datagen, filesystem (Parquet, JSON lines, CSV) and console."""

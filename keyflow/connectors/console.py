@@ -1,0 +1,30 @@
+"""Console sink: the first rows of a stream as a table on the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame
+from rich.console import Console
+from rich.table import Table
+
+
+class ConsoleSink:
+    def __init__(self, rows: int = 20, title: str | None = None) -> None:
+        self.rows, self.title = rows, title
+
+    def describe(self) -> dict[str, Any]:
+        return {"connector": "console", "rows": self.rows}
+
+    def write(self, frame: DataFrame) -> int:
+        shown = frame.limit(self.rows).toArrow()
+        table = Table(*shown.column_names, title=self.title)
+        for row in shown.to_pylist():
+            table.add_row(*[str(value) for value in row.values()])
+        Console().print(table)
+        return shown.num_rows
+
+
+def console(rows: int = 20, title: str | None = None) -> ConsoleSink:
+    """Print the first ``rows`` rows."""
+    return ConsoleSink(rows, title)

@@ -1,0 +1,141 @@
+"""``datagen``: generated rows, computed by Spark from the row number.
+
+Every value is a function of ``(row id, field, seed)`` through Spark's ``xxhash64``, not of
+``rand()`` (whose values depend on partitioning), so the same seed gives the same rows
+at any parallelism.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from keyflow.errors import PlanError
+
+_MANTISSA = (1 << 53) - 1
+
+
+@dataclass(frozen=True)
+class Field:
+    """How to generate one column."""
+
+    kind: str
+    params: tuple[tuple[str, Any], ...]
+
+    def describe(self) -> str:
+        return f"{self.kind}({', '.join(f'{k}={v!r}' for k, v in self.params)})"
+
+    def column(self, row: Column, uniform: Column) -> Column:
+        p = dict(self.params)
+        match self.kind:
+            case "sequence":
+                return row * F.lit(p["step"]) + F.lit(p["start"])
+            case "random_int":
+                return F.floor(uniform * F.lit(p["high"] - p["low"] + 1)).cast("long") + F.lit(p["low"])
+            case "random_float":
+                return uniform * F.lit(p["high"] - p["low"]) + F.lit(p["low"])
+            case "random_string":
+                return F.substring(
+                    F.sha2(F.concat_ws(":", uniform.cast("string"), row.cast("string")), 256), 1, p["length"]
+                )
+            case "choice":
+                values = F.array(*[F.lit(value) for value in p["values"]])
+                return F.element_at(values, F.floor(uniform * F.lit(len(p["values"]))).cast("int") + F.lit(1))
+            case "zipf":
+                return _zipf(uniform, p["n"], p["exponent"], p["prefix"])
+            case "timestamp":
+                start = F.to_timestamp(F.lit(p["start"]))
+                return F.timestamp_add("MILLISECOND", row * F.lit(p["step_ms"]), start)
+        raise AssertionError(self.kind)
+
+
+def _zipf(uniform: Column, n: int, exponent: float, prefix: str | None) -> Column:
+    """Keys 1..n with P(k) ~ 1/k^s, by inverting the continuous power law on [1, n + 1)."""
+    if abs(exponent - 1.0) < 1e-9:
+        value = F.exp(uniform * F.lit(math.log(n + 1)))
+    else:
+        one_minus = 1.0 - exponent
+        span = (n + 1) ** one_minus - 1.0
+        value = F.pow(uniform * F.lit(span) + F.lit(1.0), F.lit(1.0 / one_minus))
+    key = F.least(F.floor(value).cast("long"), F.lit(n))
+    return F.concat(F.lit(prefix), key.cast("string")) if prefix is not None else key
+
+
+def sequence(start: int = 0, step: int = 1) -> Field:
+    """``start, start + step, ...`` by row number."""
+    return Field("sequence", (("start", start), ("step", step)))
+
+
+def random_int(low: int, high: int) -> Field:
+    """Uniform integers in ``[low, high]``."""
+    if high < low:
+        raise PlanError(f"random_int(low={low}, high={high}) is empty; high must be >= low")
+    return Field("random_int", (("low", low), ("high", high)))
+
+
+def random_float(low: float = 0.0, high: float = 1.0) -> Field:
+    """Uniform doubles in ``[low, high)``."""
+    if high < low:
+        raise PlanError(f"random_float(low={low}, high={high}) is empty; high must be >= low")
+    return Field("random_float", (("low", low), ("high", high)))
+
+
+def random_string(length: int = 8) -> Field:
+    """Hex strings of ``length`` characters (1..64)."""
+    if not 1 <= length <= 64:
+        raise PlanError(f"random_string(length={length}) is invalid; length must be 1..64")
+    return Field("random_string", (("length", length),))
+
+
+def choice(values: list[Any] | tuple[Any, ...]) -> Field:
+    """One of ``values``, uniformly."""
+    if not values:
+        raise PlanError("choice(values=[]) has nothing to choose from; give at least one value")
+    return Field("choice", (("values", tuple(values)),))
+
+
+def zipf(n: int, exponent: float = 1.1, prefix: str | None = None) -> Field:
+    """Skewed keys ``1..n`` (key 1 the most frequent); with ``prefix``, strings like ``user-1``."""
+    if n < 1 or exponent <= 0:
+        raise PlanError(f"zipf(n={n}, exponent={exponent}) is invalid; n must be >= 1 and exponent > 0")
+    return Field("zipf", (("n", n), ("exponent", exponent), ("prefix", prefix)))
+
+
+def timestamp(start: str = "2026-01-01 00:00:00", step_ms: int = 1000) -> Field:
+    """Timestamps ``start + row * step_ms`` milliseconds."""
+    return Field("timestamp", (("start", start), ("step_ms", step_ms)))
+
+
+class DatagenSource:
+    """A bounded source of ``rows`` generated rows."""
+
+    def __init__(self, rows: int, fields: dict[str, Field], seed: int = 0) -> None:
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise PlanError(f"datagen rows={rows!r} is invalid; it must be a non-negative integer")
+        if not fields:
+            raise PlanError("datagen needs fields, e.g. fields={'user': zipf(10_000, prefix='user-')}")
+        for name, field in fields.items():
+            if not isinstance(field, Field):
+                raise PlanError(f"datagen field {name!r} is {field!r}; use sequence(), random_int(), zipf(), ...")
+        self.rows, self.fields, self.seed = rows, dict(fields), seed
+
+    def describe(self) -> dict[str, Any]:
+        fields = {name: field.describe() for name, field in self.fields.items()}
+        return {"connector": "datagen", "rows": self.rows, "seed": self.seed, "fields": fields}
+
+    def read(self, spark: SparkSession, parallelism: int) -> DataFrame:
+        row = F.col("id")
+        columns = []
+        for index, (name, field) in enumerate(self.fields.items()):
+            bits = F.xxhash64(row, F.lit(self.seed), F.lit(index)).bitwiseAND(F.lit(_MANTISSA))
+            columns.append(field.column(row, bits.cast("double") / F.lit(float(1 << 53))).alias(name))
+        return spark.range(0, self.rows, 1, numPartitions=parallelism).select(*columns)
+
+
+def datagen(rows: int, fields: dict[str, Field], seed: int = 0) -> DatagenSource:
+    """Generated rows: ``datagen(rows=1_000_000, fields={"user": zipf(10_000, prefix="user-")}, seed=7)``."""
+    return DatagenSource(rows, fields, seed)

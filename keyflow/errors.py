@@ -1,0 +1,20 @@
+"""Errors users see. Each names the thing, the value and the fix."""
+
+from __future__ import annotations
+
+
+class KeyflowError(ValueError):
+    """Base of keyflow's user-facing errors (a ValueError: bad input, not a bug)."""
+
+
+class PlanError(KeyflowError):
+    """The pipeline cannot be compiled: bad parallelism, unknown operator option, ..."""
+
+
+class PipelineError(KeyflowError):
+    """The pipeline failed while running on Spark: bad input data, a user function failed, ..."""
+
+
+WORKER_ERROR_MARKER = "[keyflow] "
+"""Prefix of errors raised inside Spark's Python workers, so the driver can find them in
+Spark's wrapped traceback and show just the message."""

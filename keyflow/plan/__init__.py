@@ -1,0 +1,1 @@
+"""The job plan: vertices with parallelism and max parallelism, edges with partitioners."""

@@ -1,0 +1,40 @@
+"""Turn Spark's exceptions into one clear keyflow error.
+
+Spark wraps worker failures in JVM stack traces several screens long; the message users
+need is the keyflow line inside, or the first line of Spark's own error class message.
+"""
+
+from __future__ import annotations
+
+import re
+
+from keyflow.errors import WORKER_ERROR_MARKER, PipelineError
+
+_READ_FAILURE = re.compile(r"Encountered error while reading file (\S+?)\.?\s")
+_MALFORMED = re.compile(r"Malformed records are detected in record parsing")
+
+
+def translate(error: Exception, operator: str | None = None) -> PipelineError:
+    text = str(error)
+    marker = text.find(WORKER_ERROR_MARKER)
+    if marker >= 0:
+        line = text[marker + len(WORKER_ERROR_MARKER) :].splitlines()[0]
+        return PipelineError(line.strip())
+    where = f"{operator}: " if operator else ""
+    read = _READ_FAILURE.search(text)
+    if read:
+        cause = "a malformed record" if _MALFORMED.search(text) else "the file is unreadable or corrupt"
+        return PipelineError(
+            f"{where}cannot read input file {read.group(1)} ({cause}); fix or remove the file "
+            f"(for JSON/CSV, files(..., mode='PERMISSIVE') keeps bad records as nulls instead)"
+        )
+    return PipelineError(f"{where}{first_line(text)}")
+
+
+def first_line(text: str) -> str:
+    """Spark's message without SQLSTATE lines, query context and JVM frames."""
+    for line in text.strip().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("SQLSTATE", "==", "at ", "JVM stacktrace")):
+            return line
+    return text.strip()

@@ -1,0 +1,189 @@
+"""Run a compiled plan on Spark: build each operator's DataFrame once, then write sinks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from keyflow.api import nodes
+from keyflow.errors import KeyflowError, PipelineError
+from keyflow.plan.graph import JobGraph, Partitioner
+from keyflow.runtime.errors import translate
+from keyflow.runtime.exchange import rebalance, with_partitions
+from keyflow.runtime.operators import (
+    NULL_KEY_MARKER,
+    apply_keyed,
+    apply_stateless,
+    fail_on_null_keys,
+    null_key_condition,
+)
+from keyflow.runtime.progress import progress_enabled, spark_progress
+from keyflow.runtime.session import spark_session
+
+if TYPE_CHECKING:
+    from keyflow.api.pipeline import Pipeline
+
+
+@dataclass(frozen=True)
+class SinkResult:
+    name: str
+    target: str
+    rows: int
+    seconds: float
+
+
+@dataclass
+class RunResult:
+    """What a run wrote, sink by sink."""
+
+    plan: JobGraph
+    sinks: list[SinkResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def rows(self, name: str) -> int:
+        return next(result.rows for result in self.sinks if result.name == name)
+
+
+def run_pipeline(pipeline: Pipeline, plan: JobGraph) -> RunResult:
+    spark = _session(pipeline)
+    builder = FrameBuilder(spark, plan, pipeline.config["pipeline.null-keys"], pipeline.sinks)
+    result = RunResult(plan)
+    started = time.perf_counter()
+    show = progress_enabled(pipeline.config["pipeline.progress"])
+    try:
+        for sink in pipeline.sinks:
+            frame = builder.frame(sink)
+            result.sinks.extend(builder.write_dead_letters(show))
+            with spark_progress(spark, sink.name, show):
+                clock = time.perf_counter()
+                rows = builder.guarded(lambda frame=frame, sink=sink: sink.sink.write(frame), sink)
+            result.sinks.append(SinkResult(sink.name, _target(sink.sink), rows, time.perf_counter() - clock))
+    finally:
+        builder.release()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def collect_node(pipeline: Pipeline, plan: JobGraph, node: nodes.Node) -> pa.Table:
+    """Run the plan up to ``node`` and return its rows (for tests and notebooks)."""
+    spark = _session(pipeline)
+    builder = FrameBuilder(spark, plan, pipeline.config["pipeline.null-keys"], [node])
+    try:
+        frame = builder.frame(node)
+        builder.write_dead_letters(show=False)
+        return builder.guarded(frame.toArrow, node)
+    finally:
+        builder.release()
+
+
+class FrameBuilder:
+    """Turns operators into DataFrames, each once; operators read by several are persisted."""
+
+    def __init__(self, spark: SparkSession, plan: JobGraph, null_keys: str, roots: list[Any]) -> None:
+        self.spark, self.plan, self.null_keys = spark, plan, null_keys
+        self._consumers = _consumer_counts(roots)
+        self._frames: dict[int, DataFrame] = {}
+        self._keyed: dict[int, tuple[nodes.KeyedNode, DataFrame]] = {}  # with its input, for null-key counts
+        self._dead_letters: list[tuple[nodes.KeyedNode, DataFrame]] = []
+        self._persisted: list[DataFrame] = []
+
+    def frame(self, node: nodes.Node) -> DataFrame:
+        if node.uid in self._frames:
+            return self._frames[node.uid]
+        operator = self.plan.operator(node.uid)
+        if isinstance(node, nodes.SourceNode):
+            frame = with_partitions(node.source.read(self.spark, operator.parallelism), operator.parallelism)
+        else:
+            upstream = self.frame(node.inputs[0])
+            if operator.input_partitioner == Partitioner.REBALANCE.value:
+                upstream = rebalance(upstream, operator.parallelism)
+            if isinstance(node, nodes.KeyedNode):
+                self._keyed[node.uid] = (node, upstream)
+                frame = apply_keyed(node, self._handle_null_keys(node, upstream), self.plan)
+            elif isinstance(node, nodes.SinkNode):
+                frame = upstream
+            else:
+                frame = apply_stateless(node, upstream)
+        if self._consumers.get(node.uid, 0) > 1:
+            frame = frame.persist()
+            self._persisted.append(frame)
+        self._frames[node.uid] = frame
+        return frame
+
+    def _handle_null_keys(self, node: nodes.KeyedNode, frame: DataFrame) -> DataFrame:
+        if node.on_null is not None:
+            self._dead_letters.append((node, frame.filter(null_key_condition(node.keys))))
+            return frame.filter(~null_key_condition(node.keys))
+        if self.null_keys == "drop":
+            return frame.filter(~null_key_condition(node.keys))
+        return fail_on_null_keys(frame, node)
+
+    def write_dead_letters(self, show: bool) -> list[SinkResult]:
+        """Write rows with null keys to the dead-letter sinks of the operators built so far."""
+        results = []
+        while self._dead_letters:
+            node, frame = self._dead_letters.pop(0)
+            label = f"dead letters of {node.name!r}"
+            with spark_progress(self.spark, label, show):
+                clock = time.perf_counter()
+                rows = self.guarded(lambda frame=frame, node=node: node.on_null.write(frame), node)
+            results.append(SinkResult(label, _target(node.on_null), rows, time.perf_counter() - clock))
+        return results
+
+    def guarded(self, action: Any, node: nodes.Node) -> Any:
+        """Run a Spark action; turn its failure into one clear keyflow error."""
+        try:
+            return action()
+        except KeyflowError:
+            raise
+        except Exception as error:
+            raise self._explain(error, node) from None
+
+    def _explain(self, error: Exception, node: nodes.Node) -> PipelineError:
+        text = str(error)
+        if NULL_KEY_MARKER in text:
+            uid = int(text.split(NULL_KEY_MARKER, 1)[1].split()[0].strip("'\"."))
+            return self._null_key_error(*self._keyed[uid])
+        return translate(error, f"while running {node.name!r}")
+
+    def _null_key_error(self, node: nodes.KeyedNode, upstream: DataFrame) -> PipelineError:
+        count = upstream.filter(null_key_condition(node.keys)).count()
+        total = upstream.count()
+        return PipelineError(
+            f"operator {node.name!r}: {count} of {total} rows have a null in key column(s) {list(node.keys)}; "
+            "filter them out first, set pipeline.null-keys=drop, or keep them with "
+            "key_by(..., on_null=parquet('out/dead_letters'))"
+        )
+
+    def release(self) -> None:
+        for frame in self._persisted:
+            frame.unpersist()
+
+
+def _consumer_counts(roots: list[Any]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    seen: set[int] = set()
+    pending = list(roots)
+    while pending:
+        node = pending.pop()
+        if node.uid in seen:
+            continue
+        seen.add(node.uid)
+        for upstream in node.inputs:
+            counts[upstream.uid] = counts.get(upstream.uid, 0) + 1
+            pending.append(upstream)
+    return counts
+
+
+def _session(pipeline: Pipeline) -> SparkSession:
+    settings = {"spark.app.name": str(pipeline.config["pipeline.name"]), **pipeline.config.spark}
+    return spark_session(settings, app_name=str(pipeline.config["pipeline.name"]))
+
+
+def _target(sink: Any) -> str:
+    described = sink.describe()
+    return str(described.get("path", described.get("connector", "?")))

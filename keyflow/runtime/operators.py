@@ -1,0 +1,135 @@
+"""Each logical operator as DataFrame operations on Spark."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from keyflow.api import nodes
+from keyflow.errors import PlanError
+from keyflow.plan.graph import JobGraph
+from keyflow.runtime.errors import first_line
+from keyflow.runtime.exchange import KEY_GROUP, keyed_exchange
+from keyflow.runtime.workers import BatchMapper, ProcessRunner, conform
+
+NULL_KEY_MARKER = "[keyflow-null-keys]"
+
+
+def apply_stateless(node: nodes.Node, frame: DataFrame) -> DataFrame:
+    """select, filter, with_columns and map_batches: no exchange of their own."""
+    try:
+        match node:
+            case nodes.SelectNode():
+                return frame.selectExpr(*node.expressions)
+            case nodes.FilterNode():
+                return frame.filter(F.expr(node.condition))
+            case nodes.WithColumnsNode():
+                return frame.withColumns({name: F.expr(expression) for name, expression in node.columns.items()})
+            case nodes.MapBatchesNode():
+                schema = _output_schema(node, frame)
+                mapper = BatchMapper(node.function, schema, node.batch_format, f"map_batches {node.name!r}")  # type: ignore[arg-type]
+                return frame.mapInArrow(mapper, from_arrow_schema(schema))
+    except (AnalysisException, ParseException) as error:
+        raise PlanError(f"operator {node.name!r} ({node.kind}: {_described(node)}): {first_line(str(error))}") from None
+    raise AssertionError(node.kind)
+
+
+def null_key_condition(keys: tuple[str, ...]) -> Column:
+    condition = F.col(keys[0]).isNull()
+    for key in keys[1:]:
+        condition = condition | F.col(key).isNull()
+    return condition
+
+
+def fail_on_null_keys(frame: DataFrame, node: nodes.KeyedNode) -> DataFrame:
+    """Stop the job at the first null key; the executor then counts them for the message."""
+    message = F.lit(f"{NULL_KEY_MARKER} {node.uid}")
+    return frame.filter(F.when(null_key_condition(node.keys), F.raise_error(message)).otherwise(F.lit(True)))
+
+
+def apply_keyed(node: nodes.KeyedNode, frame: DataFrame, plan: JobGraph) -> DataFrame:
+    """aggregate and process: exact exchange by key group, then the keyed operator."""
+    parallelism = plan.operator(node.uid).parallelism
+    max_parallelism = plan.max_parallelism
+    try:
+        missing = [key for key in node.keys if key not in frame.columns]
+        if missing:
+            raise PlanError(
+                f"operator {node.name!r}: key_by column(s) {missing} not found; available columns: {frame.columns}"
+            )
+        if isinstance(node, nodes.AggregateNode):
+            aggregated = frame.groupBy(*node.keys).agg(
+                *[F.expr(expression).alias(name) for name, expression in node.aggregations.items()]
+            )
+            return keyed_exchange(aggregated, node.keys, max_parallelism, parallelism).drop(KEY_GROUP)
+        if isinstance(node, nodes.ProcessNode):
+            schema = _arrow_schema(node.schema, node, session_timezone(frame))
+            for column in node.order_by:
+                if column not in frame.columns:
+                    raise PlanError(f"operator {node.name!r}: order_by column {column!r} not found in {frame.columns}")
+            exchanged = keyed_exchange(frame, node.keys, max_parallelism, parallelism)
+            ordered = exchanged.sortWithinPartitions(KEY_GROUP, *node.keys, *node.order_by)
+            runner = ProcessRunner(
+                node.function,  # type: ignore[arg-type]
+                schema,
+                node.keys,
+                node.state,
+                max_parallelism,
+                parallelism,
+                f"process {node.name!r}",
+            )
+            return ordered.mapInArrow(runner, from_arrow_schema(schema))
+    except (AnalysisException, ParseException) as error:
+        raise PlanError(f"operator {node.name!r} ({node.kind}: {_described(node)}): {first_line(str(error))}") from None
+    raise AssertionError(node.kind)
+
+
+def _output_schema(node: nodes.MapBatchesNode, frame: DataFrame) -> pa.Schema:
+    """The declared schema, or the schema of the function's result on an empty batch."""
+    if node.schema is not None:
+        return _arrow_schema(node.schema, node, session_timezone(frame))
+    empty = to_arrow_schema(frame.schema, timezone=session_timezone(frame)).empty_table()
+    sample = empty.to_pandas() if node.batch_format == "pandas" else empty.to_batches()
+    argument = (
+        sample
+        if node.batch_format == "pandas"
+        else (sample[0] if sample else pa.RecordBatch.from_pylist([], schema=empty.schema))
+    )
+    try:
+        result = node.function(argument)  # type: ignore[misc]
+        return conform(result, _schema_of(result), node.name).schema
+    except Exception as error:
+        raise PlanError(
+            f"map_batches {node.name!r}: could not infer the output schema by calling the function on an empty "
+            f"batch ({type(error).__name__}: {error}); pass schema='col type, ...'"
+        ) from None
+
+
+def _schema_of(result: object) -> pa.Schema:
+    if isinstance(result, (pa.Table, pa.RecordBatch)):
+        return result.schema
+    return pa.Schema.from_pandas(result, preserve_index=False)  # type: ignore[arg-type]
+
+
+def session_timezone(frame: DataFrame) -> str:
+    return str(frame.sparkSession.conf.get("spark.sql.session.timeZone"))
+
+
+def _arrow_schema(schema: pa.Schema | str | None, node: nodes.Node, timezone: str) -> pa.Schema:
+    if isinstance(schema, pa.Schema):
+        return schema
+    try:
+        struct = StructType.fromDDL(str(schema))
+    except (ParseException, AnalysisException, ValueError) as error:
+        raise PlanError(
+            f"operator {node.name!r}: schema {schema!r} is not valid DDL ({first_line(str(error))})"
+        ) from None
+    return to_arrow_schema(struct, timezone=timezone)
+
+
+def _described(node: nodes.Node) -> str:
+    return ", ".join(f"{key}={value}" for key, value in node.describe().items())

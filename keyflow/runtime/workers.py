@@ -1,0 +1,122 @@
+"""Code that runs inside Spark's Python workers, over Arrow record batches.
+
+Both runners are pickled to the workers by ``mapInArrow``. Every failure is re-raised with
+``WORKER_ERROR_MARKER`` and the operator's name so the driver can show one clear line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark import TaskContext
+
+from keyflow.api.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView
+from keyflow.api.state import ListState, MapState, StateDescriptor
+from keyflow.errors import WORKER_ERROR_MARKER
+from keyflow.keygroups import key_group_range
+from keyflow.runtime.exchange import KEY_GROUP
+from keyflow.state.memory import KeyedStateStore
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+def conform(result: Any, schema: pa.Schema, operator: str) -> pa.Table:
+    """The function's result as a table of exactly ``schema``, or a clear error."""
+    if isinstance(result, pa.RecordBatch):
+        table = pa.Table.from_batches([result])
+    elif isinstance(result, pa.Table):
+        table = result
+    elif type(result).__name__ == "DataFrame" and hasattr(result, "columns"):
+        table = pa.Table.from_pandas(result, preserve_index=False)
+    else:
+        raise WorkerError(
+            f"{WORKER_ERROR_MARKER}{operator} returned {type(result).__name__}; "
+            "return a pyarrow.Table, pyarrow.RecordBatch or pandas.DataFrame"
+        )
+    if sorted(table.column_names) != sorted(schema.names):
+        raise WorkerError(
+            f"{WORKER_ERROR_MARKER}{operator} returned columns {table.column_names} but its schema declares "
+            f"{schema.names}; return exactly the declared columns or change the schema"
+        )
+    table = table.select(schema.names)
+    try:
+        return table.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+        returned = ", ".join(f"{f.name} {f.type}" for f in table.schema)
+        raise WorkerError(
+            f"{WORKER_ERROR_MARKER}{operator} returned ({returned}) which does not fit its schema "
+            f"({', '.join(f'{f.name} {f.type}' for f in schema)}): {error}"
+        ) from None
+
+
+class BatchMapper:
+    """``map_batches``: one user call per Arrow batch."""
+
+    def __init__(self, function: Callable[[Any], Any], schema: pa.Schema, batch_format: str, operator: str) -> None:
+        self.function, self.schema, self.batch_format, self.operator = function, schema, batch_format, operator
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            argument = batch.to_pandas() if self.batch_format == "pandas" else batch
+            result = _call_user(self.function, self.operator, argument)
+            yield from conform(result, self.schema, self.operator).to_batches()
+
+
+class ProcessRunner:
+    """``process``: rows of one subtask arrive sorted by key group and key; state lives per key."""
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        schema: pa.Schema,
+        keys: tuple[str, ...],
+        state: dict[str, StateDescriptor],
+        max_parallelism: int,
+        parallelism: int,
+        operator: str,
+    ) -> None:
+        self.function, self.schema, self.keys, self.state = function, schema, keys, state
+        self.max_parallelism, self.parallelism, self.operator = max_parallelism, parallelism, operator
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        context = TaskContext.get()
+        subtask = context.partitionId() if context else 0
+        first, last = key_group_range(self.max_parallelism, self.parallelism, subtask)
+        store = KeyedStateStore(self.state)
+        kinds = {name: _view_kind(descriptor) for name, descriptor in self.state.items()}
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            table = pa.Table.from_batches([batch])
+            key_groups = table.column(KEY_GROUP).to_numpy().astype(np.int32)
+            if key_groups.min() < first or key_groups.max() > last:
+                raise WorkerError(
+                    f"{WORKER_ERROR_MARKER}{self.operator}: subtask {subtask} received key groups outside its "
+                    f"range {first}..{last}; the keyed exchange is broken (please report this)"
+                )
+            keyed = KeyedBatch.from_sorted(table.drop_columns([KEY_GROUP]), self.keys, key_groups, subtask)
+            state = KeyedState(store, store.slots(keyed.keys, keyed.key_groups), kinds)
+            result = _call_user(self.function, self.operator, keyed, state)
+            yield from conform(result, self.schema, self.operator).to_batches()
+
+
+def _view_kind(descriptor: StateDescriptor) -> type[ValueStateView]:
+    if isinstance(descriptor, ListState):
+        return ListStateView
+    if isinstance(descriptor, MapState):
+        return MapStateView
+    return ValueStateView
+
+
+def _call_user(function: Callable[..., Any], operator: str, *arguments: Any) -> Any:
+    try:
+        return function(*arguments)
+    except WorkerError:
+        raise
+    except Exception as error:
+        raise WorkerError(f"{WORKER_ERROR_MARKER}{operator} raised {type(error).__name__}: {error}") from error

@@ -1,0 +1,1 @@
+"""Keyed state: per-key values stored by key group."""
