@@ -96,7 +96,10 @@ class FrameBuilder:
             return self._frames[node.uid]
         operator = self.plan.operator(node.uid)
         if isinstance(node, nodes.SourceNode):
-            frame = with_partitions(node.source.read(self.spark, operator.parallelism), operator.parallelism)
+            read = node.source.read
+            frame = with_partitions(
+                self.guarded(lambda: read(self.spark, operator.parallelism), node), operator.parallelism
+            )
         else:
             upstream = self.frame(node.inputs[0])
             if operator.input_partitioner == Partitioner.REBALANCE.value:

@@ -1,0 +1,178 @@
+"""Pipelines on a real local Spark over real files give the answers pandas gives,
+at parallelism 1, 2 and 3 alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from keyflow import KeyedBatch, KeyedState, ListState, MapState, Pipeline, ValueState, files, parquet
+from tests.pipelines import TEST_SPARK, write_clicks
+
+
+@pytest.fixture(scope="module")
+def clicks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    path = tmp_path_factory.mktemp("clicks")
+    return path, write_clicks(path)
+
+
+def pipeline(parallelism: int, **config: object) -> Pipeline:
+    return Pipeline(parallelism=parallelism, config={**TEST_SPARK, **config})
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_keyed_aggregate_equals_pandas(clicks: tuple[Path, pd.DataFrame], parallelism: int) -> None:
+    path, frame = clicks
+    p = pipeline(parallelism)
+    result = (
+        p.source(files(path))
+        .filter("price > 0")
+        .key_by("user")
+        .aggregate(clicks="count(*)", revenue="sum(price)", low="min(price)", high="max(price)", mean="avg(price)")
+        .to_pandas()
+        .sort_values("user", ignore_index=True)
+    )
+    paid = frame[frame.price > 0]
+    expected = (
+        paid.groupby("user")
+        .agg(
+            clicks=("price", "size"),
+            revenue=("price", "sum"),
+            low=("price", "min"),
+            high=("price", "max"),
+            mean=("price", "mean"),
+        )
+        .reset_index()
+        .sort_values("user", ignore_index=True)
+    )
+    pd.testing.assert_frame_equal(result, expected, check_dtype=False, rtol=1e-9)
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_stateless_chain_equals_pandas(clicks: tuple[Path, pd.DataFrame], parallelism: int) -> None:
+    path, frame = clicks
+
+    def add_tax(batch: pa.RecordBatch) -> pa.RecordBatch:
+        price = batch.column("price").to_numpy()
+        return pa.RecordBatch.from_arrays([batch.column("n"), pa.array(price * 1.2)], names=["n", "gross"])
+
+    result = (
+        pipeline(parallelism)
+        .source(files(path), parallelism=1)
+        .with_columns(cents="CAST(round(price * 100) AS BIGINT)")
+        .filter("cents % 3 = 0")
+        .select("n", "price")
+        .map_batches(add_tax)
+        .to_pandas()
+        .sort_values("n", ignore_index=True)
+    )
+    kept = frame[(np.round(frame.price * 100).astype(np.int64) % 3) == 0]
+    expected = pd.DataFrame({"n": kept.n.to_numpy(), "gross": kept.price.to_numpy() * 1.2})
+    pd.testing.assert_frame_equal(result, expected, check_dtype=False)
+
+
+def running_total(batch: KeyedBatch, state: KeyedState) -> pa.Table:
+    """Running spend and visit number per user in time order, continued through value state."""
+    total, visits = state["total"], state["visits"]
+    price = batch.data.column("price").to_numpy()
+    cumulative = np.cumsum(price)
+    before = (cumulative[batch.starts] - price[batch.starts])[batch.key_index]
+    carried = total.get().fill_null(0.0).to_numpy(zero_copy_only=False)[batch.key_index]
+    running = cumulative - before + carried
+    seen = visits.get().fill_null(0).to_numpy(zero_copy_only=False)
+    visit = np.arange(batch.data.num_rows) - batch.starts[batch.key_index] + 1 + seen[batch.key_index]
+    total.update(pa.array(running[batch.starts + batch.counts - 1]))
+    visits.update(pa.array(seen + batch.counts))
+    return pa.table({"n": batch.data.column("n"), "running": running, "visit": visit})
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_process_with_value_state_equals_pandas(clicks: tuple[Path, pd.DataFrame], parallelism: int) -> None:
+    """Small Arrow batches force keys to span batches, so the state is what makes it right."""
+    path, frame = clicks
+    p = pipeline(parallelism, **{"spark.sql.execution.arrow.maxRecordsPerBatch": "97"})
+    result = (
+        p.source(files(path))
+        .key_by("user")
+        .process(
+            running_total,
+            schema="n long, running double, visit long",
+            state={"total": ValueState("float64"), "visits": ValueState("int64")},
+            order_by=["ts"],
+        )
+        .to_pandas()
+        .sort_values("n", ignore_index=True)
+    )
+    ordered = frame.sort_values(["user", "ts"])
+    expected = pd.DataFrame(
+        {
+            "n": ordered.n.to_numpy(),
+            "running": ordered.groupby("user").price.cumsum().to_numpy(),
+            "visit": ordered.groupby("user").cumcount().to_numpy() + 1,
+        }
+    ).sort_values("n", ignore_index=True)
+    pd.testing.assert_frame_equal(result, expected, check_dtype=False, rtol=1e-9)
+
+
+def pages_per_user(batch: KeyedBatch, state: KeyedState) -> pa.Table:
+    """Emit each user's page list and per-page click counts once the batch is processed."""
+    pages, counts = state["pages"], state["counts"]
+    pages.add(batch.data.column("page"), batch.key_index)
+    counts_now = counts.get().to_pylist()
+    page_values = batch.data.column("page").to_pylist()
+    for position, start, count in zip(range(batch.num_keys), batch.starts, batch.counts, strict=True):
+        merged = dict(counts_now[position] or [])
+        for page in page_values[start : start + count]:
+            merged[page] = merged.get(page, 0) + 1
+        counts_now[position] = list(merged.items())
+    keys_of_map = [key for entry in counts_now for key, _ in entry]
+    values_of_map = [value for entry in counts_now for _, value in entry]
+    owners = np.repeat(np.arange(batch.num_keys), [len(entry) for entry in counts_now])
+    counts.put(keys_of_map, values_of_map, owners)
+    return pa.table({"user": batch.keys.column("user"), "pages": pages.get(), "counts": counts.get()})
+
+
+def test_list_and_map_state_accumulate_across_batches(clicks: tuple[Path, pd.DataFrame]) -> None:
+    path, frame = clicks
+    p = pipeline(2, **{"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
+    result = (
+        p.source(files(path))
+        .key_by("user")
+        .process(
+            pages_per_user,
+            schema="user string, pages array<string>, counts map<string, bigint>",
+            state={"pages": ListState("string"), "counts": MapState("string", "int64")},
+            order_by=["ts"],
+        )
+        .to_pandas()
+    )
+    final = result.groupby("user").tail(1).set_index("user")  # a user's last emitted row has everything
+    ordered = frame.sort_values(["user", "ts"])
+    for user, rows in ordered.groupby("user"):
+        assert list(final.loc[user, "pages"]) == rows.page.tolist()
+        assert dict(final.loc[user, "counts"]) == rows.page.value_counts().to_dict()
+
+
+def test_sinks_write_real_files(clicks: tuple[Path, pd.DataFrame], tmp_path: Path) -> None:
+    path, frame = clicks
+    p = pipeline(2)
+    per_page = p.source(files(path)).key_by("page").aggregate(clicks="count(*)")
+    per_page.sink(parquet(tmp_path / "per_page"))
+    from keyflow import csv, json
+
+    per_page.sink(json(tmp_path / "per_page_json"))
+    per_page.sink(csv(tmp_path / "per_page_csv"))
+    result = p.run()
+    expected = frame.groupby("page").size().sort_index()
+    written = pd.read_parquet(tmp_path / "per_page").set_index("page").clicks.sort_index()
+    assert written.to_dict() == expected.to_dict()
+    from_json = pd.concat(pd.read_json(f, lines=True) for f in (tmp_path / "per_page_json").glob("*.json"))
+    assert from_json.set_index("page").clicks.sort_index().to_dict() == expected.to_dict()
+    from_csv = pd.concat(pd.read_csv(f) for f in (tmp_path / "per_page_csv").glob("*.csv"))
+    assert from_csv.set_index("page").clicks.sort_index().to_dict() == expected.to_dict()
+    assert [sink.rows for sink in result.sinks] == [3, 3, 3]
+    assert len(list((tmp_path / "per_page").glob("*.parquet"))) == 2  # one file per subtask
