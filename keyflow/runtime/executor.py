@@ -20,6 +20,7 @@ from keyflow.runtime.operators import (
     apply_stateless,
     fail_on_null_keys,
     null_key_condition,
+    require_key_columns,
 )
 from keyflow.runtime.progress import progress_enabled, spark_progress
 from keyflow.runtime.session import spark_session
@@ -105,6 +106,7 @@ class FrameBuilder:
             if operator.input_partitioner == Partitioner.REBALANCE.value:
                 upstream = rebalance(upstream, operator.parallelism)
             if isinstance(node, nodes.KeyedNode):
+                require_key_columns(node, upstream)
                 self._keyed[node.uid] = (node, upstream)
                 frame = apply_keyed(node, self._handle_null_keys(node, upstream), self.plan)
             elif isinstance(node, nodes.SinkNode):

@@ -45,6 +45,14 @@ def null_key_condition(keys: tuple[str, ...]) -> Column:
     return condition
 
 
+def require_key_columns(node: nodes.KeyedNode, frame: DataFrame) -> None:
+    missing = [key for key in node.keys if key not in frame.columns]
+    if missing:
+        raise PlanError(
+            f"operator {node.name!r}: key_by column(s) {missing} not found; available columns: {frame.columns}"
+        )
+
+
 def fail_on_null_keys(frame: DataFrame, node: nodes.KeyedNode) -> DataFrame:
     """Stop the job at the first null key; the executor then counts them for the message."""
     message = F.lit(f"{NULL_KEY_MARKER} {node.uid}")
@@ -56,11 +64,6 @@ def apply_keyed(node: nodes.KeyedNode, frame: DataFrame, plan: JobGraph) -> Data
     parallelism = plan.operator(node.uid).parallelism
     max_parallelism = plan.max_parallelism
     try:
-        missing = [key for key in node.keys if key not in frame.columns]
-        if missing:
-            raise PlanError(
-                f"operator {node.name!r}: key_by column(s) {missing} not found; available columns: {frame.columns}"
-            )
         if isinstance(node, nodes.AggregateNode):
             aggregated = frame.groupBy(*node.keys).agg(
                 *[F.expr(expression).alias(name) for name, expression in node.aggregations.items()]

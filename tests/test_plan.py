@@ -1,0 +1,94 @@
+"""Compiling pipelines into job graphs: parallelism, key groups, partitioners, chaining."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from keyflow import Pipeline, console, datagen, parquet, random_float, sequence, zipf
+from keyflow.errors import PlanError
+from keyflow.plan.graph import JobGraph, Partitioner
+
+
+def clicks(p: Pipeline, parallelism: int | None = None):  # noqa: ANN201
+    source = datagen(rows=10, fields={"user": zipf(5, prefix="u"), "price": random_float(), "n": sequence()})
+    return p.source(source, parallelism=parallelism)
+
+
+def test_source_parallelism_differs_from_the_rest() -> None:
+    """Seed 001: a source at its own parallelism, downstream keeps the default (rebalance)."""
+    p = Pipeline(parallelism=4)
+    clicks(p, parallelism=1).filter("price > 0").key_by("user").aggregate(n="count(*)").sink(parquet("out/x"))
+    plan = p.plan()
+    assert [v.parallelism for v in plan.vertices] == [1, 4, 4]
+    assert [(e.source, e.target, e.partitioner, e.keys) for e in plan.edges] == [
+        (0, 1, Partitioner.REBALANCE, ()),
+        (1, 2, Partitioner.HASH, ("user",)),
+    ]
+    assert [op.kind for op in plan.vertices[2].operators] == ["aggregate", "sink"]  # chained: forward
+
+
+def test_same_parallelism_chains_into_one_vertex() -> None:
+    p = Pipeline(parallelism=2)
+    clicks(p).filter("price > 0").select("user").sink(console())
+    plan = p.plan()
+    assert len(plan.vertices) == 1
+    assert [op.kind for op in plan.vertices[0].operators] == ["source", "filter", "select", "sink"]
+    assert plan.edges == ()
+
+
+def test_fan_out_breaks_chains_and_sink_parallelism_rebalances() -> None:
+    p = Pipeline(parallelism=2)
+    source = clicks(p)
+    source.sink(parquet("out/a"), parallelism=1)
+    source.key_by("user").aggregate(n="count(*)").sink(parquet("out/b"))
+    plan = p.plan()
+    partitioners = sorted(edge.partitioner.value for edge in plan.edges)
+    assert partitioners == ["hash", "rebalance"]
+
+
+def test_default_max_parallelism_uses_the_keyflow_policy_and_config_overrides_it() -> None:
+    p = Pipeline(parallelism=3)
+    clicks(p).sink(console())
+    assert p.plan().max_parallelism == 27720
+    p = Pipeline(parallelism=3, config={"pipeline.max-parallelism": 128})
+    clicks(p).sink(console())
+    assert p.plan().max_parallelism == 128
+
+
+def test_operator_parallelism_above_max_parallelism_is_a_plan_error() -> None:
+    p = Pipeline(parallelism=2, config={"pipeline.max-parallelism": 8})
+    clicks(p).key_by("user").aggregate(n="count(*)", name="per_user", parallelism=16).sink(console())
+    with pytest.raises(PlanError, match=r"operator 'per_user' has parallelism 16, above pipeline.max-parallelism 8"):
+        p.plan()
+
+
+def test_plan_json_round_trip_records_k_and_hash() -> None:
+    p = Pipeline(parallelism=2, config={"pipeline.name": "demo"})
+    clicks(p).key_by("user").aggregate(n="count(*)").sink(parquet("out/x"))
+    plan = p.plan()
+    data = json.loads(plan.to_json())
+    assert data["max_parallelism"] == 27720
+    assert data["key_hash"] == "spark"
+    assert data["name"] == "demo"
+    assert JobGraph.from_dict(data) == plan
+    assert "hash by user" in plan.render()
+
+
+def test_set_parallelism_on_a_stream() -> None:
+    p = Pipeline(parallelism=2)
+    clicks(p).select("user").set_parallelism(3).sink(console())
+    plan = p.plan()
+    assert [(op.kind, op.parallelism) for v in plan.vertices for op in v.operators] == [
+        ("source", 2),
+        ("select", 3),
+        ("sink", 2),
+    ]
+    assert [edge.partitioner for edge in plan.edges] == [Partitioner.REBALANCE, Partitioner.REBALANCE]
+
+
+def test_default_parallelism_comes_from_the_local_master() -> None:
+    p = Pipeline(config={"spark.master": "local[3]"})
+    clicks(p).sink(console())
+    assert p.plan().default_parallelism == 3
