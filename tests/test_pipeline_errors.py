@@ -91,7 +91,8 @@ def test_process_returning_the_wrong_columns(with_nulls: Path) -> None:
     result = stream.process(wrong_columns, schema="user string, total double")
     with pytest.raises(
         PipelineError,
-        match=r"process 'wrong_columns' returned columns \['user', 'oops'\] but its schema declares \['user', 'total'\]",
+        match=r"process 'wrong_columns' returned columns \['user', 'oops'\] "
+        r"but its schema declares \['user', 'total'\]",
     ):
         result.to_arrow()
 

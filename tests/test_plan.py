@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from keyflow import Pipeline, console, datagen, parquet, random_float, sequence, zipf
+from keyflow import Pipeline, Stream, console, datagen, parquet, random_float, sequence, zipf
 from keyflow.errors import PlanError
 from keyflow.plan.graph import JobGraph, Partitioner
 
 
-def clicks(p: Pipeline, parallelism: int | None = None):  # noqa: ANN201
+def clicks(p: Pipeline, parallelism: int | None = None) -> Stream:
     source = datagen(rows=10, fields={"user": zipf(5, prefix="u"), "price": random_float(), "n": sequence()})
     return p.source(source, parallelism=parallelism)
 
