@@ -1,0 +1,83 @@
+"""``keyflow plan`` and ``keyflow run`` on pipeline files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from keyflow.cli.app import app
+
+runner = CliRunner()
+KEYFLOW = Path(sys.executable).with_name("keyflow")
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "clickstream.py"
+
+PIPELINE_FILE = """
+from keyflow import Pipeline, datagen, parquet, random_int, sequence
+
+pipeline = Pipeline(parallelism=2, config={"spark.master": "local[2]", "pipeline.progress": "off"})
+numbers = pipeline.source(datagen(rows=1000, fields={"n": sequence(), "k": random_int(1, 100)}, seed=1))
+numbers.key_by("k").aggregate(total="sum(n)", count="count(*)").sink(parquet(OUT))
+
+if __name__ == "__main__":
+    raise SystemExit("the CLI must not run the __main__ block")
+"""
+
+
+def write_pipeline(tmp_path: Path) -> Path:
+    file = tmp_path / "numbers.py"
+    file.write_text(f"OUT = {str(tmp_path / 'out')!r}\n" + PIPELINE_FILE)
+    return file
+
+
+def test_plan_of_the_example_as_json() -> None:
+    result = runner.invoke(app, ["plan", str(EXAMPLE), "--json", "--conf", "parallelism.default=3"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["name"] == "clickstream"
+    assert plan["max_parallelism"] == 27720
+    assert plan["default_parallelism"] == 3
+    kinds = [op["kind"] for vertex in plan["vertices"] for op in vertex["operators"]]
+    assert kinds.count("aggregate") == 2
+    assert kinds.count("process") == 1
+    assert {edge["partitioner"] for edge in plan["edges"]} == {"rebalance", "hash"}
+
+
+def test_run_writes_output_and_conf_wins(tmp_path: Path) -> None:
+    file = write_pipeline(tmp_path)
+    result = subprocess.run(
+        [str(KEYFLOW), "run", str(file), "--conf", "parallelism.default=3", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["plan"]["default_parallelism"] == 3
+    assert report["sinks"][0]["rows"] == 100
+    written = pd.read_parquet(tmp_path / "out")
+    assert written.total.sum() == sum(range(1000))
+    assert written["count"].sum() == 1000
+    assert sorted(written.k) == list(range(1, 101))
+    assert len(list((tmp_path / "out").glob("*.parquet"))) == 3  # one file per subtask at parallelism 3
+
+
+def test_run_errors_are_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    result = runner.invoke(app, ["run", str(empty)])
+    assert result.exit_code == 2
+    assert "must define exactly one Pipeline at module level, found none" in result.output
+    result = runner.invoke(app, ["plan", str(write_pipeline(tmp_path)), "--conf", "pipeline.max-parallelism=1"])
+    assert result.exit_code == 2
+    assert "above pipeline.max-parallelism 1" in result.output
+    result = runner.invoke(app, ["plan", str(tmp_path / "missing.py")])
+    assert "pipeline file" in result.output
+    assert "does not exist" in result.output
+    result = runner.invoke(app, ["plan", str(write_pipeline(tmp_path)), "--conf", "novalue"])
+    assert "--conf 'novalue' is not key=value" in result.output
