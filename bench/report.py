@@ -16,9 +16,9 @@ def emit(bench: str, metric: str, unit: str, keyflow: float, peer: str | None, p
         "bench": bench,
         "metric": metric,
         "unit": unit,
-        "keyflow": round(keyflow, 1),
+        "keyflow": round(keyflow, 3),
         "peer": peer,
-        "peer_value": None if peer_value is None else round(peer_value, 1),
+        "peer_value": None if peer_value is None else round(peer_value, 3),
         "ratio": ratio,
     }
     print(json.dumps(line), flush=True)

@@ -32,6 +32,7 @@ _EXPORTS = {
     "json": "keyflow.connectors.files",
     "csv": "keyflow.connectors.files",
     "console": "keyflow.connectors.console",
+    "blackhole": "keyflow.connectors.console",
     "KeyflowError": "keyflow.errors",
     "PlanError": "keyflow.errors",
     "PipelineError": "keyflow.errors",

@@ -61,5 +61,6 @@ def run(
         return
     table = Table("written to", "rows", "seconds", title=f"{job.name}: done in {result.seconds:.1f} s")
     for sink in result.sinks:
-        table.add_row(sink.target, f"{sink.rows:,}", f"{sink.seconds:.1f}")
+        rows = "-" if sink.rows is None else f"{sink.rows:,}"
+        table.add_row(sink.target, rows, f"{sink.seconds:.1f}")
     console.print(table)

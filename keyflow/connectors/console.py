@@ -1,4 +1,4 @@
-"""Console sink: the first rows of a stream as a table on the terminal."""
+"""Console and blackhole sinks: look at a few rows, or discard them all."""
 
 from __future__ import annotations
 
@@ -28,3 +28,18 @@ class ConsoleSink:
 def console(rows: int = 20, title: str | None = None) -> ConsoleSink:
     """Print the first ``rows`` rows."""
     return ConsoleSink(rows, title)
+
+
+class BlackholeSink:
+    """Runs the pipeline and discards the rows (Flink's ``blackhole``): for benchmarks."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"connector": "blackhole"}
+
+    def write(self, frame: DataFrame) -> None:
+        frame.write.format("noop").mode("overwrite").save()
+
+
+def blackhole() -> BlackholeSink:
+    """Discard every row; the work upstream still runs in full."""
+    return BlackholeSink()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 class SinkResult:
     name: str
     target: str
-    rows: int
+    rows: int | None  # None where the sink cannot count (blackhole)
     seconds: float
 
 
@@ -45,7 +46,7 @@ class RunResult:
     sinks: list[SinkResult] = field(default_factory=list)
     seconds: float = 0.0
 
-    def rows(self, name: str) -> int:
+    def rows(self, name: str) -> int | None:
         return next(result.rows for result in self.sinks if result.name == name)
 
 
@@ -108,7 +109,10 @@ class FrameBuilder:
             if isinstance(node, nodes.KeyedNode):
                 require_key_columns(node, upstream)
                 self._keyed[node.uid] = (node, upstream)
-                frame = apply_keyed(node, self._handle_null_keys(node, upstream), self.plan)
+                if node.on_null is not None:
+                    self._dead_letters.append((node, upstream.filter(null_key_condition(node.keys))))
+                    upstream = upstream.filter(~null_key_condition(node.keys))
+                frame = apply_keyed(node, upstream, self.plan, self._null_key_policy(node))
             elif isinstance(node, nodes.SinkNode):
                 frame = upstream
             else:
@@ -119,13 +123,13 @@ class FrameBuilder:
         self._frames[node.uid] = frame
         return frame
 
-    def _handle_null_keys(self, node: nodes.KeyedNode, frame: DataFrame) -> DataFrame:
+    def _null_key_policy(self, node: nodes.KeyedNode) -> Callable[[DataFrame], DataFrame]:
+        """What to do with rows whose key has a null (dead letters are split off before)."""
         if node.on_null is not None:
-            self._dead_letters.append((node, frame.filter(null_key_condition(node.keys))))
-            return frame.filter(~null_key_condition(node.keys))
+            return lambda frame: frame
         if self.null_keys == "drop":
-            return frame.filter(~null_key_condition(node.keys))
-        return fail_on_null_keys(frame, node)
+            return lambda frame: frame.filter(~null_key_condition(node.keys))
+        return lambda frame: fail_on_null_keys(frame, node)
 
     def write_dead_letters(self, show: bool) -> list[SinkResult]:
         """Write rows with null keys to the dead-letter sinks of the operators built so far."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame
@@ -59,8 +61,15 @@ def fail_on_null_keys(frame: DataFrame, node: nodes.KeyedNode) -> DataFrame:
     return frame.filter(F.when(null_key_condition(node.keys), F.raise_error(message)).otherwise(F.lit(True)))
 
 
-def apply_keyed(node: nodes.KeyedNode, frame: DataFrame, plan: JobGraph) -> DataFrame:
-    """aggregate and process: exact exchange by key group, then the keyed operator."""
+def apply_keyed(
+    node: nodes.KeyedNode, frame: DataFrame, plan: JobGraph, null_keys: Callable[[DataFrame], DataFrame]
+) -> DataFrame:
+    """aggregate and process: exact exchange by key group, then the keyed operator.
+
+    ``null_keys`` applies the null-key policy. An aggregate applies it after Spark's
+    aggregation, where all rows with a null key have become one row per null key, so the
+    check costs nothing per input row.
+    """
     parallelism = plan.operator(node.uid).parallelism
     max_parallelism = plan.max_parallelism
     try:
@@ -68,13 +77,13 @@ def apply_keyed(node: nodes.KeyedNode, frame: DataFrame, plan: JobGraph) -> Data
             aggregated = frame.groupBy(*node.keys).agg(
                 *[F.expr(expression).alias(name) for name, expression in node.aggregations.items()]
             )
-            return keyed_exchange(aggregated, node.keys, max_parallelism, parallelism).drop(KEY_GROUP)
+            return keyed_exchange(null_keys(aggregated), node.keys, max_parallelism, parallelism).drop(KEY_GROUP)
         if isinstance(node, nodes.ProcessNode):
             schema = _arrow_schema(node.schema, node, session_timezone(frame))
             for column in node.order_by:
                 if column not in frame.columns:
                     raise PlanError(f"operator {node.name!r}: order_by column {column!r} not found in {frame.columns}")
-            exchanged = keyed_exchange(frame, node.keys, max_parallelism, parallelism)
+            exchanged = keyed_exchange(null_keys(frame), node.keys, max_parallelism, parallelism)
             ordered = exchanged.sortWithinPartitions(KEY_GROUP, *node.keys, *node.order_by)
             runner = ProcessRunner(
                 node.function,  # type: ignore[arg-type]

@@ -14,19 +14,29 @@ DEFAULT_MASTER = "local[*]"
 
 
 def spark_session(conf: Mapping[str, str] | None = None, app_name: str = "keyflow") -> SparkSession:
-    """Start (or reuse) a SparkSession; ``spark.*`` keys of ``conf`` pass straight through.
+    """Start a SparkSession, or reuse the active one; ``spark.*`` keys of ``conf`` pass through.
 
     Spark's Python workers run this interpreter, so they import the same keyflow and
-    pinned libraries as the driver.
+    pinned libraries as the driver. On a running session only runtime settings can change;
+    static ones (``spark.master``, memory, ...) take effect when a session is first created.
     """
+    settings = {key: str(value) for key, value in (conf or {}).items() if key.startswith("spark.")}
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        _apply_runtime_settings(active, settings)
+        return active
     require_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    settings = {"spark.master": DEFAULT_MASTER, "spark.ui.showConsoleProgress": "false"}
-    settings.update({key: str(value) for key, value in (conf or {}).items() if key.startswith("spark.")})
     builder = SparkSession.builder.appName(app_name)
-    for key, value in settings.items():
+    for key, value in {"spark.master": DEFAULT_MASTER, "spark.ui.showConsoleProgress": "false", **settings}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("FATAL")  # keyflow reports failures itself, in one line
     return session
+
+
+def _apply_runtime_settings(session: SparkSession, settings: Mapping[str, str]) -> None:
+    for key, value in settings.items():
+        if session.conf.get(key, None) != value and session.conf.isModifiable(key):
+            session.conf.set(key, value)
