@@ -114,3 +114,18 @@ def test_unsupported_file_format() -> None:
 
     with pytest.raises(PlanError, match="file format 'avro' is not supported; choose one of parquet, json, csv"):
         files("x", format="avro")
+
+
+def test_relative_paths_follow_the_python_working_directory(
+    spark: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's JVM keeps the directory it started in; keyflow resolves relative paths itself."""
+    from keyflow import parquet
+
+    monkeypatch.chdir(tmp_path)
+    Path("in").mkdir()
+    pd.DataFrame({"k": [1, 2, 3]}).to_parquet("in/x.parquet", index=False)
+    p = Pipeline(parallelism=1, config=TEST_SPARK)
+    p.source(files("in")).sink(parquet("out/copy"))
+    p.run()
+    assert sorted(pd.read_parquet(tmp_path / "out" / "copy").k) == [1, 2, 3]

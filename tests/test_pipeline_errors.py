@@ -175,3 +175,21 @@ def test_invalid_api_arguments() -> None:
         p.plan()
     with pytest.raises(PlanError, match=r"random_int\(low=3, high=1\) is empty"):
         random_int(3, 1)
+
+
+def test_map_batches_schema_that_cannot_be_inferred(with_nulls: Path) -> None:
+    def needs_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return batch.slice(0, 1).column(0)[0]  # fails on an empty batch
+
+    stream = pipeline().source(files(with_nulls)).map_batches(needs_rows)
+    with pytest.raises(PlanError, match=r"map_batches 'needs_rows': could not infer the output schema .*pass schema="):
+        stream.to_arrow()
+
+
+def test_map_batches_in_pandas_format(with_nulls: Path) -> None:
+    def upper(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(user=frame.user.str.upper())
+
+    rows = pipeline().source(files(with_nulls)).map_batches(upper, batch_format="pandas").to_pandas()
+    assert sorted(rows.user.dropna()) == ["A", "A", "B"]
+    assert rows.price.sum() == 15.0

@@ -42,7 +42,7 @@ class FileSource:
             reader = reader.schema(self.schema)
         elif self.format == "csv":
             reader = reader.option("inferSchema", "true")
-        return reader.load(self.path)
+        return reader.load(spark_path(self.path))
 
 
 def files(path: str | Path, format: str = "parquet", schema: str | None = None, **options: str) -> FileSource:
@@ -63,9 +63,9 @@ class FileSink:
 
     def write(self, frame: DataFrame) -> int:
         """Write ``frame`` and return the number of rows now in the output."""
-        frame.write.mode("overwrite").format(self.format).options(**self.options).save(self.path)
-        spark = frame.sparkSession
-        return spark.read.format(self.format).options(**_READ_DEFAULTS[self.format]).load(self.path).count()
+        path = spark_path(self.path)
+        frame.write.mode("overwrite").format(self.format).options(**self.options).save(path)
+        return frame.sparkSession.read.format(self.format).options(**_READ_DEFAULTS[self.format]).load(path).count()
 
 
 def parquet(path: str | Path, **options: str) -> FileSink:
@@ -78,6 +78,14 @@ def json(path: str | Path, **options: str) -> FileSink:
 
 def csv(path: str | Path, **options: str) -> FileSink:
     return FileSink(path, "csv", options)
+
+
+def spark_path(path: str) -> str:
+    """Local relative paths resolved against this process's working directory.
+
+    Spark's JVM keeps the working directory it started in, which need not be ours.
+    """
+    return path if "://" in path else str(Path(path).absolute())
 
 
 def _exists(path: str) -> bool:

@@ -84,7 +84,7 @@ def apply_keyed(
                 if column not in frame.columns:
                     raise PlanError(f"operator {node.name!r}: order_by column {column!r} not found in {frame.columns}")
             exchanged = keyed_exchange(null_keys(frame), node.keys, max_parallelism, parallelism)
-            ordered = exchanged.sortWithinPartitions(KEY_GROUP, *node.keys, *node.order_by)
+            ordered = exchanged.sortWithinPartitions(*node.keys, *node.order_by)
             runner = ProcessRunner(
                 node.function,  # type: ignore[arg-type]
                 schema,
@@ -104,21 +104,28 @@ def _output_schema(node: nodes.MapBatchesNode, frame: DataFrame) -> pa.Schema:
     """The declared schema, or the schema of the function's result on an empty batch."""
     if node.schema is not None:
         return _arrow_schema(node.schema, node, session_timezone(frame))
-    empty = to_arrow_schema(frame.schema, timezone=session_timezone(frame)).empty_table()
-    sample = empty.to_pandas() if node.batch_format == "pandas" else empty.to_batches()
-    argument = (
-        sample
-        if node.batch_format == "pandas"
-        else (sample[0] if sample else pa.RecordBatch.from_pylist([], schema=empty.schema))
-    )
+    empty = pa.RecordBatch.from_pylist([], schema=to_arrow_schema(frame.schema, timezone=session_timezone(frame)))
+    argument = empty.to_pandas() if node.batch_format == "pandas" else empty
     try:
         result = node.function(argument)  # type: ignore[misc]
-        return conform(result, _schema_of(result), node.name).schema
+        inferred = conform(result, _schema_of(result), node.name).schema
     except Exception as error:
         raise PlanError(
             f"map_batches {node.name!r}: could not infer the output schema by calling the function on an empty "
             f"batch ({type(error).__name__}: {error}); pass schema='col type, ...'"
         ) from None
+    # An empty pandas column has no type; a column passed through keeps its input type.
+    fields = []
+    for field in inferred:
+        if pa.types.is_null(field.type):
+            if field.name not in empty.schema.names:
+                raise PlanError(
+                    f"map_batches {node.name!r}: the type of output column {field.name!r} cannot be inferred "
+                    "from an empty batch; pass schema='col type, ...'"
+                )
+            field = empty.schema.field(field.name)
+        fields.append(field)
+    return pa.schema(fields)
 
 
 def _schema_of(result: object) -> pa.Schema:
