@@ -19,7 +19,7 @@ import argparse
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bench.report import best_seconds, emit, progress
@@ -74,13 +74,22 @@ def main() -> None:
     parser.add_argument("--many-keys-rows", type=int, default=2_000_000, help="rows for the many-keys case")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--only", choices=["aggregate", "process"], help="run one of the two comparisons")
     args = parser.parse_args()
     spark = spark_session({"spark.master": f"local[{args.parallelism}]"}, app_name="keyflow-bench")
     frame = source(args.rows, args.keys).read(spark, args.parallelism)
 
-    def noop(result: DataFrame) -> None:
-        result.write.format("noop").mode("overwrite").save()
+    if args.only != "process":
+        compare_aggregate(args, frame)
+    if args.only != "aggregate":
+        compare_process(args, spark)
 
+
+def noop(result: DataFrame) -> None:
+    result.write.format("noop").mode("overwrite").save()
+
+
+def compare_aggregate(args: argparse.Namespace, frame: DataFrame) -> None:
     progress(f"aggregate: {args.rows:,} rows, {args.keys:,} keys, parallelism {args.parallelism}")
     aggregate = keyflow_pipeline(args.rows, args.keys, args.parallelism, "aggregate")
     keyflow_seconds = best_seconds(aggregate.run, args.repeats)
@@ -88,7 +97,11 @@ def main() -> None:
         lambda: noop(frame.groupBy("user").agg(F.count("*").alias("clicks"), F.sum("price").alias("revenue"))),
         args.repeats,
     )
-    emit("batch_keyed", "keyed_count_sum", "s", keyflow_seconds, "pyspark-groupBy-agg", peer_seconds)
+    metric = "keyed_count_sum" if args.rows == 20_000_000 else f"keyed_count_sum_{args.rows}_rows"
+    emit("batch_keyed", metric, "s", keyflow_seconds, "pyspark-groupBy-agg", peer_seconds)
+
+
+def compare_process(args: argparse.Namespace, spark: SparkSession) -> None:
 
     cases = [(args.rows, args.keys)] + ([(args.many_keys_rows, args.many_keys)] if args.many_keys else [])
     for row_count, keys in cases:

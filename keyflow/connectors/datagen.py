@@ -128,6 +128,7 @@ class DatagenSource:
         return {"connector": "datagen", "rows": self.rows, "seed": self.seed, "fields": fields}
 
     def read(self, spark: SparkSession, parallelism: int) -> DataFrame:
+        """Exactly ``parallelism`` partitions of generated rows."""
         row = F.col("id")
         columns = []
         for index, (name, field) in enumerate(self.fields.items()):

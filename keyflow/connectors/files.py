@@ -8,6 +8,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from keyflow.errors import PipelineError, PlanError
+from keyflow.runtime.exchange import with_partitions
 
 FORMATS = ("parquet", "json", "csv")
 # Malformed JSON/CSV records fail the job by default instead of silently becoming nulls.
@@ -42,7 +43,7 @@ class FileSource:
             reader = reader.schema(self.schema)
         elif self.format == "csv":
             reader = reader.option("inferSchema", "true")
-        return reader.load(spark_path(self.path))
+        return with_partitions(reader.load(spark_path(self.path)), parallelism)
 
 
 def files(path: str | Path, format: str = "parquet", schema: str | None = None, **options: str) -> FileSource:

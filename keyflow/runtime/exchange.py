@@ -42,15 +42,36 @@ def route_column(subtask: Column, parallelism: int) -> Column:
     return F.element_at(values, subtask + F.lit(1))
 
 
-def keyed_exchange(frame: DataFrame, keys: tuple[str, ...], max_parallelism: int, parallelism: int) -> DataFrame:
+def keyed_exchange(
+    frame: DataFrame,
+    keys: tuple[str, ...],
+    max_parallelism: int,
+    parallelism: int,
+    keep_key_group: bool = True,
+    fail_on_null: str | None = None,
+) -> DataFrame:
     """Repartition so Spark partition ``i`` holds exactly subtask ``i``'s key groups.
 
-    Adds the key group as a column (``KEY_GROUP``) for the keyed operator downstream.
+    With ``keep_key_group`` the key group stays as a column (``KEY_GROUP``) for the keyed
+    operator downstream. With ``fail_on_null``, a row whose key has a null stops the job
+    with that message.
     """
     key_group = key_group_column(list(keys), max_parallelism)
-    with_group = frame.withColumn(KEY_GROUP, key_group)
-    subtask = subtask_column(F.col(KEY_GROUP), max_parallelism, parallelism)
-    return with_group.repartition(parallelism, route_column(subtask, parallelism).alias(_ROUTE))
+    if keep_key_group:
+        frame = frame.withColumn(KEY_GROUP, key_group)
+        key_group = F.col(KEY_GROUP)
+    route = route_column(subtask_column(key_group, max_parallelism, parallelism), parallelism)
+    if fail_on_null is not None:
+        route = F.when(null_key_condition(keys), F.raise_error(F.lit(fail_on_null))).otherwise(route)
+    return frame.repartition(parallelism, route.alias(_ROUTE))
+
+
+def null_key_condition(keys: tuple[str, ...]) -> Column:
+    """True where any key column is null."""
+    condition = F.col(keys[0]).isNull()
+    for key in keys[1:]:
+        condition = condition | F.col(key).isNull()
+    return condition
 
 
 def rebalance(frame: DataFrame, parallelism: int) -> DataFrame:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,13 +13,11 @@ from keyflow.api import nodes
 from keyflow.errors import KeyflowError, PipelineError
 from keyflow.plan.graph import JobGraph, Partitioner
 from keyflow.runtime.errors import translate
-from keyflow.runtime.exchange import rebalance, with_partitions
+from keyflow.runtime.exchange import null_key_condition, rebalance
 from keyflow.runtime.operators import (
     NULL_KEY_MARKER,
     apply_keyed,
     apply_stateless,
-    fail_on_null_keys,
-    null_key_condition,
     require_key_columns,
 )
 from keyflow.runtime.progress import progress_enabled, spark_progress
@@ -45,9 +42,6 @@ class RunResult:
     plan: JobGraph
     sinks: list[SinkResult] = field(default_factory=list)
     seconds: float = 0.0
-
-    def rows(self, name: str) -> int | None:
-        return next(result.rows for result in self.sinks if result.name == name)
 
 
 def run_pipeline(pipeline: Pipeline, plan: JobGraph) -> RunResult:
@@ -99,9 +93,7 @@ class FrameBuilder:
         operator = self.plan.operator(node.uid)
         if isinstance(node, nodes.SourceNode):
             read = node.source.read
-            frame = with_partitions(
-                self.guarded(lambda: read(self.spark, operator.parallelism), node), operator.parallelism
-            )
+            frame = self.guarded(lambda: read(self.spark, operator.parallelism), node)
         else:
             upstream = self.frame(node.inputs[0])
             if operator.input_partitioner == Partitioner.REBALANCE.value:
@@ -112,7 +104,8 @@ class FrameBuilder:
                 if node.on_null is not None:
                     self._dead_letters.append((node, upstream.filter(null_key_condition(node.keys))))
                     upstream = upstream.filter(~null_key_condition(node.keys))
-                frame = apply_keyed(node, upstream, self.plan, self._null_key_policy(node))
+                policy = "keep" if node.on_null is not None else self.null_keys
+                frame = apply_keyed(node, upstream, self.plan, policy)
             elif isinstance(node, nodes.SinkNode):
                 frame = upstream
             else:
@@ -122,14 +115,6 @@ class FrameBuilder:
             self._persisted.append(frame)
         self._frames[node.uid] = frame
         return frame
-
-    def _null_key_policy(self, node: nodes.KeyedNode) -> Callable[[DataFrame], DataFrame]:
-        """What to do with rows whose key has a null (dead letters are split off before)."""
-        if node.on_null is not None:
-            return lambda frame: frame
-        if self.null_keys == "drop":
-            return lambda frame: frame.filter(~null_key_condition(node.keys))
-        return lambda frame: fail_on_null_keys(frame, node)
 
     def write_dead_letters(self, show: bool) -> list[SinkResult]:
         """Write rows with null keys to the dead-letter sinks of the operators built so far."""

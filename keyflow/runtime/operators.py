@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pyarrow as pa
 from pyspark.errors import AnalysisException, ParseException
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
@@ -15,7 +13,7 @@ from keyflow.api import nodes
 from keyflow.errors import PlanError
 from keyflow.plan.graph import JobGraph
 from keyflow.runtime.errors import first_line
-from keyflow.runtime.exchange import KEY_GROUP, keyed_exchange
+from keyflow.runtime.exchange import keyed_exchange, null_key_condition
 from keyflow.runtime.workers import BatchMapper, ProcessRunner, conform
 
 NULL_KEY_MARKER = "[keyflow-null-keys]"
@@ -40,13 +38,6 @@ def apply_stateless(node: nodes.Node, frame: DataFrame) -> DataFrame:
     raise AssertionError(node.kind)
 
 
-def null_key_condition(keys: tuple[str, ...]) -> Column:
-    condition = F.col(keys[0]).isNull()
-    for key in keys[1:]:
-        condition = condition | F.col(key).isNull()
-    return condition
-
-
 def require_key_columns(node: nodes.KeyedNode, frame: DataFrame) -> None:
     missing = [key for key in node.keys if key not in frame.columns]
     if missing:
@@ -55,35 +46,36 @@ def require_key_columns(node: nodes.KeyedNode, frame: DataFrame) -> None:
         )
 
 
-def fail_on_null_keys(frame: DataFrame, node: nodes.KeyedNode) -> DataFrame:
-    """Stop the job at the first null key; the executor then counts them for the message."""
-    message = F.lit(f"{NULL_KEY_MARKER} {node.uid}")
-    return frame.filter(F.when(null_key_condition(node.keys), F.raise_error(message)).otherwise(F.lit(True)))
-
-
-def apply_keyed(
-    node: nodes.KeyedNode, frame: DataFrame, plan: JobGraph, null_keys: Callable[[DataFrame], DataFrame]
-) -> DataFrame:
+def apply_keyed(node: nodes.KeyedNode, frame: DataFrame, plan: JobGraph, null_keys: str) -> DataFrame:
     """aggregate and process: exact exchange by key group, then the keyed operator.
 
-    ``null_keys`` applies the null-key policy. An aggregate applies it after Spark's
-    aggregation, where all rows with a null key have become one row per null key, so the
-    check costs nothing per input row.
+    ``null_keys`` is the policy for rows whose key has a null: ``fail`` (the exchange's
+    routing expression raises, so the check cannot be moved or evaluated twice by Spark's
+    optimizer), ``drop``, or ``keep`` (none are left: they went to a dead-letter sink).
+    An aggregate applies it after Spark's aggregation, where all rows of a null key have
+    become one row, so the check costs nothing per input row.
     """
     parallelism = plan.operator(node.uid).parallelism
     max_parallelism = plan.max_parallelism
+    fail_message = f"{NULL_KEY_MARKER} {node.uid}" if null_keys == "fail" else None
+
+    def exchange(rows: DataFrame, keep_key_group: bool) -> DataFrame:
+        if null_keys == "drop":
+            rows = rows.filter(~null_key_condition(node.keys))
+        return keyed_exchange(rows, node.keys, max_parallelism, parallelism, keep_key_group, fail_message)
+
     try:
         if isinstance(node, nodes.AggregateNode):
             aggregated = frame.groupBy(*node.keys).agg(
                 *[F.expr(expression).alias(name) for name, expression in node.aggregations.items()]
             )
-            return keyed_exchange(null_keys(aggregated), node.keys, max_parallelism, parallelism).drop(KEY_GROUP)
+            return exchange(aggregated, keep_key_group=False)
         if isinstance(node, nodes.ProcessNode):
             schema = _arrow_schema(node.schema, node, session_timezone(frame))
             for column in node.order_by:
                 if column not in frame.columns:
                     raise PlanError(f"operator {node.name!r}: order_by column {column!r} not found in {frame.columns}")
-            exchanged = keyed_exchange(null_keys(frame), node.keys, max_parallelism, parallelism)
+            exchanged = exchange(frame, keep_key_group=True)
             ordered = exchanged.sortWithinPartitions(*node.keys, *node.order_by)
             runner = ProcessRunner(
                 node.function,  # type: ignore[arg-type]
