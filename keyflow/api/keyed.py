@@ -19,12 +19,12 @@ from keyflow.state.memory import KeyedStateStore, Slots
 
 @dataclass(frozen=True)
 class KeyedBatch:
-    """Rows sorted by key (then by the operator's ``order_by``).
+    """Rows grouped by key (with ``order_by``: whole keys, each sorted by it).
 
     ``keys`` holds each distinct key of the batch once, in order; ``key_index[i]`` is the
     position in ``keys`` of row ``i``'s key; key ``j``'s rows are
-    ``data[starts[j] : starts[j] + counts[j]]``. A key's rows may continue in the next
-    batch: that is what state is for.
+    ``data[starts[j] : starts[j] + counts[j]]``. Without ``order_by`` a key's rows may
+    continue in the next batch: that is what state is for.
     """
 
     data: pa.Table

@@ -152,7 +152,8 @@ class KeyedStream:
     ) -> Stream:
         """A keyed process function over Arrow batches: ``function(batch, state) -> table``.
 
-        ``batch`` is a :class:`keyflow.KeyedBatch` (rows sorted by key, then ``order_by``);
+        ``batch`` is a :class:`keyflow.KeyedBatch` (rows grouped by key; with ``order_by``,
+        whole keys with their rows sorted by it);
         ``state`` gives vectorised access to the declared per-key ``state``; the result is a
         ``pyarrow.Table``/``RecordBatch`` or pandas DataFrame matching ``schema``.
         """

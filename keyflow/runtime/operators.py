@@ -76,11 +76,12 @@ def apply_keyed(node: nodes.KeyedNode, frame: DataFrame, plan: JobGraph, null_ke
                 if column not in frame.columns:
                     raise PlanError(f"operator {node.name!r}: order_by column {column!r} not found in {frame.columns}")
             exchanged = exchange(frame, keep_key_group=True)
-            ordered = exchanged.sortWithinPartitions(*node.keys, *node.order_by)
+            ordered = exchanged.sortWithinPartitions(*node.keys)
             runner = ProcessRunner(
                 node.function,  # type: ignore[arg-type]
                 schema,
                 node.keys,
+                node.order_by,
                 node.state,
                 max_parallelism,
                 parallelism,

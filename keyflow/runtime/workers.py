@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from keyflow.api.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView
@@ -68,41 +69,71 @@ class BatchMapper:
 
 
 class ProcessRunner:
-    """``process``: rows of one subtask arrive sorted by key group and key; state lives per key."""
+    """``process``: rows of one subtask arrive grouped by key (Spark sorts by key only).
+
+    With ``order_by``, every call receives whole keys sorted by ``order_by`` (Arrow sorts
+    each batch; the rows of the batch's last key wait for the next batch), so a key's rows
+    are seen in order. Without it, a key's rows may span calls and state carries them.
+    """
 
     def __init__(
         self,
         function: Callable[..., Any],
         schema: pa.Schema,
         keys: tuple[str, ...],
+        order_by: tuple[str, ...],
         state: dict[str, StateDescriptor],
         max_parallelism: int,
         parallelism: int,
         operator: str,
     ) -> None:
-        self.function, self.schema, self.keys, self.state = function, schema, keys, state
+        self.function, self.schema, self.keys, self.order_by, self.state = function, schema, keys, order_by, state
         self.max_parallelism, self.parallelism, self.operator = max_parallelism, parallelism, operator
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
-        subtask = context.partitionId() if context else 0
-        first, last = key_group_range(self.max_parallelism, self.parallelism, subtask)
-        store = KeyedStateStore(self.state)
-        kinds = {name: _view_kind(descriptor) for name, descriptor in self.state.items()}
+        self._subtask = context.partitionId() if context else 0
+        self._store = KeyedStateStore(self.state)
+        self._kinds = {name: _view_kind(descriptor) for name, descriptor in self.state.items()}
+        pending: pa.Table | None = None
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             table = pa.Table.from_batches([batch])
-            key_groups = table.column(KEY_GROUP).to_numpy().astype(np.int32)
-            if key_groups.min() < first or key_groups.max() > last:
-                raise WorkerError(
-                    f"{WORKER_ERROR_MARKER}{self.operator}: subtask {subtask} received key groups outside its "
-                    f"range {first}..{last}; the keyed exchange is broken (please report this)"
-                )
-            keyed = KeyedBatch.from_sorted(table.drop_columns([KEY_GROUP]), self.keys, key_groups, subtask)
-            state = KeyedState(store, store.slots(keyed.keys, keyed.key_groups), kinds)
-            result = _call_user(self.function, self.operator, keyed, state)
-            yield from conform(result, self.schema, self.operator).to_batches()
+            if pending is not None:
+                table = pa.concat_tables([pending, table])
+            if self.order_by:
+                cut = _last_key_start(table, self.keys)
+                table, pending = table.slice(0, cut), table.slice(cut)
+            if table.num_rows:
+                yield from self._run(table)
+        if pending is not None and pending.num_rows:
+            yield from self._run(pending)
+
+    def _run(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
+        if self.order_by:
+            table = table.sort_by([(column, "ascending") for column in (*self.keys, *self.order_by)])
+        key_groups = table.column(KEY_GROUP).to_numpy().astype(np.int32)
+        first, last = key_group_range(self.max_parallelism, self.parallelism, self._subtask)
+        if key_groups.min() < first or key_groups.max() > last:
+            raise WorkerError(
+                f"{WORKER_ERROR_MARKER}{self.operator}: subtask {self._subtask} received key groups outside its "
+                f"range {first}..{last}; the keyed exchange is broken (please report this)"
+            )
+        keyed = KeyedBatch.from_sorted(table.drop_columns([KEY_GROUP]), self.keys, key_groups, self._subtask)
+        state = KeyedState(self._store, self._store.slots(keyed.keys, keyed.key_groups), self._kinds)
+        result = _call_user(self.function, self.operator, keyed, state)
+        yield from conform(result, self.schema, self.operator).to_batches()
+
+
+def _last_key_start(table: pa.Table, keys: tuple[str, ...]) -> int:
+    """Where the rows of the table's last key begin (rows are grouped by key)."""
+    same = np.ones(table.num_rows, dtype=bool)
+    for key in keys:
+        column = table.column(key)
+        same &= np.asarray(pc.equal(column, column[-1]).to_numpy(zero_copy_only=False), dtype=bool)
+    differing = np.flatnonzero(~same)
+    return int(differing[-1]) + 1 if len(differing) else 0
 
 
 def _view_kind(descriptor: StateDescriptor) -> type[ValueStateView]:
