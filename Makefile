@@ -14,6 +14,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench.keygroups
+	$(VENV)/bin/python -m bench.batch_keyed
 
 $(STAMP): requirements.lock pyproject.toml scripts/bootstrap.sh
 	scripts/bootstrap.sh
