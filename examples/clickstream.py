@@ -36,7 +36,7 @@ pipeline = Pipeline(config={"pipeline.name": "clickstream", "parallelism.default
 
 clicks = pipeline.source(
     datagen(
-        rows=1_000_000,
+        rows=500_000,
         fields={
             "user": zipf(50_000, exponent=1.1, prefix="user-"),
             "page": choice(["home", "search", "product", "cart", "checkout", "help"]),

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from keyflow.runtime.java import require_java
 
 DEFAULT_MASTER = "local[*]"
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def spark_session(conf: Mapping[str, str] | None = None, app_name: str = "keyflow") -> SparkSession:
@@ -29,7 +31,12 @@ def spark_session(conf: Mapping[str, str] | None = None, app_name: str = "keyflo
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     builder = SparkSession.builder.appName(app_name)
-    for key, value in {"spark.master": DEFAULT_MASTER, "spark.ui.showConsoleProgress": "false", **settings}.items():
+    defaults = {
+        "spark.master": DEFAULT_MASTER,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+    }
+    for key, value in {**defaults, **settings}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("FATAL")  # keyflow reports failures itself, in one line
