@@ -52,6 +52,19 @@ def test_keyed_aggregate_equals_pandas(clicks: tuple[Path, pd.DataFrame], parall
     pd.testing.assert_frame_equal(result, expected, check_dtype=False, rtol=1e-9)
 
 
+def test_first_and_last_pick_one_of_the_keys_values(clicks: tuple[Path, pd.DataFrame]) -> None:
+    """Spark's first/last are order-dependent in batch; each must still be a value of that key."""
+    path, frame = clicks
+    stream = pipeline(2).source(files(path)).key_by("user").aggregate(first="first(n)", last="last(n)")
+    result = stream.collect(as_pandas=True)
+    assert isinstance(stream.collect(), pa.Table)
+    values = frame.groupby("user").n.apply(set)
+    assert len(result) == len(values)
+    for row in result.itertuples():
+        assert row.first in values[row.user]
+        assert row.last in values[row.user]
+
+
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
 def test_stateless_chain_equals_pandas(clicks: tuple[Path, pd.DataFrame], parallelism: int) -> None:
     path, frame = clicks

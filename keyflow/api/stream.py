@@ -107,7 +107,12 @@ class Stream:
         return self.pipeline.collect(self.node)
 
     def to_pandas(self) -> pd.DataFrame:
+        """Like :meth:`to_arrow`, as a pandas DataFrame."""
         return self.to_arrow().to_pandas()
+
+    def collect(self, as_pandas: bool = False) -> pa.Table | pd.DataFrame:
+        """The stream's rows for tests and notebooks: an Arrow table, or pandas with ``as_pandas``."""
+        return self.to_pandas() if as_pandas else self.to_arrow()
 
 
 class KeyedStream:
