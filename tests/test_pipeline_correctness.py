@@ -214,3 +214,38 @@ def test_sinks_write_real_files(clicks: tuple[Path, pd.DataFrame], tmp_path: Pat
     assert from_csv.set_index("page").clicks.sort_index().to_dict() == expected.to_dict()
     assert [sink.rows for sink in result.sinks] == [3, 3, 3]
     assert len(list((tmp_path / "per_page").glob("*.parquet"))) == 2  # one file per subtask
+
+
+def count_rows(batch: KeyedBatch, state: KeyedState) -> pa.Table:
+    seen = state["rows"]
+    total = seen.get().fill_null(0).to_numpy(zero_copy_only=False) + batch.counts
+    seen.update(pa.array(total))
+    return pa.table({"k": batch.keys.column("k"), "rows": total})
+
+
+@pytest.mark.parametrize("order_by", [(), ("n",)])
+def test_nan_keys_are_one_key_like_in_spark(tmp_path: Path, order_by: tuple[str, ...]) -> None:
+    keys = np.where(np.arange(300) % 3 == 0, np.nan, np.arange(300) % 5).astype(float)
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"k": pa.array(keys, from_pandas=False), "n": np.arange(300)}), tmp_path / "x.parquet")
+    p = pipeline(2, **{"spark.sql.execution.arrow.maxRecordsPerBatch": "7"})
+    result = (
+        p.source(files(tmp_path))
+        .key_by("k")
+        .process(count_rows, schema="k double, rows long", state={"rows": ValueState("int64")}, order_by=order_by)
+        .to_pandas()
+    )
+    final = result.groupby(result.k.fillna(-1)).rows.max().to_dict()
+    expected = pd.Series(keys).fillna(-1).value_counts().to_dict()
+    assert final == expected
+
+
+def test_csv_sink_counts_rows_as_written(tmp_path: Path) -> None:
+    from keyflow import csv, datagen, sequence
+
+    p = pipeline(3)
+    rows = p.source(datagen(rows=100, fields={"n": sequence()})).with_columns(text="concat('line\\n', n)")
+    rows.sink(csv(tmp_path / "plain", header="false"))
+    result = p.run()
+    assert result.sinks[0].rows == 100

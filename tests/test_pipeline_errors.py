@@ -36,7 +36,7 @@ def pipeline(**config: object) -> Pipeline:
 
 
 def test_null_keys_fail_with_the_count(with_nulls: Path) -> None:
-    stream = pipeline().source(files(with_nulls)).key_by("user").aggregate(name="per_user", total="sum(price)")
+    stream = pipeline().source(files(with_nulls)).key_by("user").aggregate(total="sum(price)").set_name("per_user")
     with pytest.raises(
         PipelineError, match=r"operator 'per_user': 2 of 5 rows have a null in key column\(s\) \['user'\]"
     ):
@@ -62,7 +62,7 @@ def test_null_keys_go_to_a_dead_letter_sink_and_none_are_lost(with_nulls: Path, 
 
 
 def test_unknown_key_column(with_nulls: Path) -> None:
-    stream = pipeline().source(files(with_nulls)).key_by("usr").aggregate(name="per_user", n="count(*)")
+    stream = pipeline().source(files(with_nulls)).key_by("usr").aggregate(n="count(*)").set_name("per_user")
     with pytest.raises(
         PlanError,
         match=r"operator 'per_user': key_by column\(s\) \['usr'\] not found; available columns: \['user', 'price'\]",
@@ -193,3 +193,29 @@ def test_map_batches_in_pandas_format(with_nulls: Path) -> None:
     rows = pipeline().source(files(with_nulls)).map_batches(upper, batch_format="pandas").to_pandas()
     assert sorted(rows.user.dropna()) == ["A", "A", "B"]
     assert rows.price.sum() == 15.0
+
+
+def test_keywords_named_like_options_are_columns(with_nulls: Path) -> None:
+    """``name`` and ``parallelism`` are ordinary column names for with_columns and aggregate."""
+    source = pipeline(**{"pipeline.null-keys": "drop"}).source(files(with_nulls))
+    rows = source.with_columns(name="upper(user)", parallelism="price * 2").to_pandas()
+    assert sorted(rows.columns) == ["name", "parallelism", "price", "user"]
+    totals = source.key_by("user").aggregate(name="first(user)", parallelism="count(*)").to_pandas()
+    assert sorted(totals.columns) == ["name", "parallelism", "user"]
+    assert totals.set_index("user").parallelism.to_dict() == {"a": 2, "b": 1}
+
+
+def test_invalid_spark_setting_is_a_config_error(spark: object) -> None:
+    stream = pipeline(**{"spark.sql.shuffle.partitions": "abc"}).source(files(Path(__file__).parent))
+    with pytest.raises(ConfigError, match=r"spark.sql.shuffle.partitions='abc' was rejected by Spark"):
+        stream.to_arrow()
+
+
+def mixed_pandas(batch: KeyedBatch, state: KeyedState) -> pd.DataFrame:
+    return pd.DataFrame({"user": ["a", 1][: batch.num_keys] * batch.num_keys})
+
+
+def test_pandas_result_arrow_cannot_convert(with_nulls: Path) -> None:
+    stream = pipeline(**{"pipeline.null-keys": "drop"}).source(files(with_nulls)).key_by("user")
+    with pytest.raises(PipelineError, match=r"process 'mixed_pandas' returned a pandas DataFrame Arrow cannot convert"):
+        stream.process(mixed_pandas, schema="user string").to_arrow()

@@ -59,7 +59,7 @@ def test_default_max_parallelism_uses_the_keyflow_policy_and_config_overrides_it
 
 def test_operator_parallelism_above_max_parallelism_is_a_plan_error() -> None:
     p = Pipeline(parallelism=2, config={"pipeline.max-parallelism": 8})
-    clicks(p).key_by("user").aggregate(n="count(*)", name="per_user", parallelism=16).sink(console())
+    clicks(p).key_by("user").aggregate(n="count(*)").set_name("per_user").set_parallelism(16).sink(console())
     with pytest.raises(PlanError, match=r"operator 'per_user' has parallelism 16, above pipeline.max-parallelism 8"):
         p.plan()
 
@@ -74,6 +74,26 @@ def test_plan_json_round_trip_records_k_and_hash() -> None:
     assert data["name"] == "demo"
     assert JobGraph.from_dict(data) == plan
     assert "hash by user" in plan.render()
+
+
+def test_operator_ids_repeat_when_the_same_pipeline_is_built_again() -> None:
+    def build() -> JobGraph:
+        p = Pipeline(parallelism=2)
+        clicks(p).filter("price > 0").key_by("user").aggregate(n="count(*)").sink(parquet("out/x"))
+        return p.plan()
+
+    first, second = build(), build()
+    assert first == second
+    assert [op.uid for v in first.vertices for op in v.operators] == [1, 2, 3, 4]
+
+
+def test_plan_of_another_format_version_is_refused() -> None:
+    p = Pipeline(parallelism=2)
+    clicks(p).sink(console())
+    data = p.plan().to_dict()
+    data["format_version"] = 99
+    with pytest.raises(ValueError, match="plan format_version 99 is not supported"):
+        JobGraph.from_dict(data)
 
 
 def test_set_parallelism_on_a_stream() -> None:

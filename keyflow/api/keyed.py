@@ -50,8 +50,8 @@ class KeyedBatch:
             boundary[0] = True
         for name in key_names:
             column = data.column(name)
-            changed = pc.not_equal(column.slice(1), column.slice(0, rows - 1)) if rows > 1 else pa.array([], pa.bool_())
-            boundary[1:] |= np.asarray(changed.to_numpy(zero_copy_only=False), dtype=bool)
+            if rows > 1:
+                boundary[1:] |= ~same_keys(column.slice(1), column.slice(0, rows - 1))
         starts = np.flatnonzero(boundary).astype(np.int64)
         counts = np.diff(np.append(starts, rows)).astype(np.int64)
         key_index = np.cumsum(boundary).astype(np.int64) - 1
@@ -64,6 +64,14 @@ class KeyedBatch:
             key_groups=key_groups[starts],
             subtask=subtask,
         )
+
+
+def same_keys(left: Any, right: Any) -> npt.NDArray[np.bool_]:
+    """Element-wise key equality as Spark groups keys: NaN equals NaN."""
+    equal = pc.equal(left, right)
+    if pa.types.is_floating(left.type):
+        equal = pc.or_(equal, pc.and_(pc.is_nan(left), pc.is_nan(right)))
+    return np.asarray(equal.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 class ValueStateView:

@@ -6,7 +6,6 @@ Nodes only describe; ``keyflow.plan`` decides parallelism and exchanges, and
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,8 +13,6 @@ from typing import Any
 import pyarrow as pa
 
 from keyflow.api.state import StateDescriptor
-
-_ids = itertools.count(1)
 
 
 @dataclass(eq=False)
@@ -25,7 +22,7 @@ class Node:
     inputs: tuple[Node, ...]
     name: str
     parallelism: int | None = None
-    uid: int = field(default_factory=lambda: next(_ids), init=False)
+    uid: int = field(default=0, init=False)  # set by the pipeline: its order of creation
 
     kind = "node"
 

@@ -6,7 +6,7 @@ import contextvars
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from keyflow.api import nodes
 from keyflow.api.stream import Stream, check_parallelism_option
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
     from keyflow.plan.graph import JobGraph
     from keyflow.runtime.executor import RunResult
+
+NodeT = TypeVar("NodeT", bound=nodes.Node)
 
 _overrides: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("keyflow_overrides", default=None)
 
@@ -45,6 +47,7 @@ class Pipeline:
             values["parallelism.default"] = check_parallelism_option(parallelism, "pipeline")
         self.config = Config(values).merged(_overrides.get())
         self.sinks: list[nodes.SinkNode] = []
+        self._created = 0
 
     def source(self, source: Any, parallelism: int | None = None, name: str | None = None) -> Stream:
         """A stream reading ``source``; ``parallelism`` is the source's own (``scan.parallelism``)."""
@@ -52,7 +55,14 @@ class Pipeline:
             raise PlanError(f"{source!r} is not a source; use datagen(...) or files(...)")
         label = name or f"source: {source.describe().get('connector', 'source')}"
         node = nodes.SourceNode((), label, check_parallelism_option(parallelism, f"source {label!r}"), source=source)
-        return Stream(self, node)
+        return Stream(self, self.adopt(node))
+
+    def adopt(self, node: NodeT) -> NodeT:
+        """Give a new operator its id: its position in creation order, so the same pipeline
+        code yields the same plan ids in every run (plans are persisted with state)."""
+        self._created += 1
+        node.uid = self._created
+        return node
 
     def add_sink(self, sink: nodes.SinkNode) -> None:
         self.sinks.append(sink)

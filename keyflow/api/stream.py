@@ -33,7 +33,14 @@ class Stream:
         self.node = node
 
     def _then(self, node: nodes.Node) -> Stream:
-        return Stream(self.pipeline, node)
+        return Stream(self.pipeline, self.pipeline.adopt(node))
+
+    def set_name(self, name: str) -> Stream:
+        """Name the operator that produced this stream (plans and error messages use it)."""
+        if not isinstance(name, str) or not name.strip():
+            raise PlanError(f"an operator name must be a non-empty string, got {name!r}")
+        self.node.name = name
+        return self
 
     def set_parallelism(self, parallelism: int) -> Stream:
         """Run the operator that produced this stream with ``parallelism`` subtasks."""
@@ -52,11 +59,14 @@ class Stream:
             raise PlanError(f"filter needs a SQL condition string such as 'price > 0', got {condition!r}")
         return self._then(nodes.FilterNode((self.node,), name, _p(parallelism, name), condition=condition))
 
-    def with_columns(self, name: str = "with_columns", parallelism: int | None = None, **columns: str) -> Stream:
-        """Add or replace columns from Spark SQL expressions: ``with_columns(total="price * qty")``."""
+    def with_columns(self, **columns: str) -> Stream:
+        """Add or replace columns from Spark SQL expressions: ``with_columns(total="price * qty")``.
+
+        Every keyword is a column (even ``name``); name the operator with :meth:`set_name`.
+        """
         if not columns or not all(isinstance(e, str) and e.strip() for e in columns.values()):
             raise PlanError(f"with_columns needs column=SQL expression pairs, got {columns!r}")
-        return self._then(nodes.WithColumnsNode((self.node,), name, _p(parallelism, name), columns=columns))
+        return self._then(nodes.WithColumnsNode((self.node,), "with_columns", columns=columns))
 
     def map_batches(
         self,
@@ -100,7 +110,9 @@ class Stream:
             raise PlanError(f"{sink!r} is not a sink; use parquet(...), json(...), csv(...) or console()")
         described = sink.describe()
         label = name or f"sink: {described.get('path', described.get('connector', 'sink'))}"
-        self.pipeline.add_sink(nodes.SinkNode((self.node,), label, _p(parallelism, label), sink=sink))
+        self.pipeline.add_sink(
+            self.pipeline.adopt(nodes.SinkNode((self.node,), label, _p(parallelism, label), sink=sink))
+        )
 
     def to_arrow(self) -> pa.Table:
         """Run the pipeline up to this stream (bounded sources) and return its rows."""
@@ -123,11 +135,13 @@ class KeyedStream:
         self.keys = keys
         self._on_null = on_null
 
-    def aggregate(self, name: str = "aggregate", parallelism: int | None = None, **aggregations: str) -> Stream:
+    def aggregate(self, **aggregations: str) -> Stream:
         """Per-key aggregates as Spark SQL: ``aggregate(clicks="count(*)", revenue="sum(price)")``.
 
         Built-ins (count, sum, min, max, avg, first, last, and any other Spark aggregate)
         are partially aggregated before the keyed exchange, so one row per key crosses it.
+        Every keyword is an output column; use :meth:`Stream.set_name` and
+        :meth:`Stream.set_parallelism` on the result for the operator's name and parallelism.
         """
         if not aggregations or not all(isinstance(e, str) and e.strip() for e in aggregations.values()):
             raise PlanError(
@@ -138,8 +152,7 @@ class KeyedStream:
             raise PlanError(f"aggregate output {sorted(clash)} has the name of a key column; rename the aggregate")
         node = nodes.AggregateNode(
             (self._stream.node,),
-            name,
-            _p(parallelism, name),
+            "aggregate",
             keys=self.keys,
             on_null=self._on_null,
             aggregations=aggregations,
@@ -151,7 +164,7 @@ class KeyedStream:
         function: Callable[..., Any],
         schema: pa.Schema | str,
         state: dict[str, StateDescriptor] | None = None,
-        order_by: tuple[str, ...] | list[str] = (),
+        order_by: str | tuple[str, ...] | list[str] = (),
         name: str | None = None,
         parallelism: int | None = None,
     ) -> Stream:
@@ -180,7 +193,7 @@ class KeyedStream:
             function=function,
             schema=schema,
             state=dict(state or {}),
-            order_by=tuple(order_by),
+            order_by=(order_by,) if isinstance(order_by, str) else tuple(order_by),
         )
         return self._stream._then(node)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -48,8 +49,7 @@ class Field:
             case "zipf":
                 return _zipf(uniform, p["n"], p["exponent"], p["prefix"])
             case "timestamp":
-                start = F.to_timestamp(F.lit(p["start"]))
-                return F.timestamp_add("MILLISECOND", row * F.lit(p["step_ms"]), start)
+                return F.timestamp_micros(F.lit(p["start_micros"]) + row * F.lit(p["step_ms"] * 1000))
         raise AssertionError(self.kind)
 
 
@@ -72,6 +72,8 @@ def sequence(start: int = 0, step: int = 1) -> Field:
 
 def random_int(low: int, high: int) -> Field:
     """Uniform integers in ``[low, high]``."""
+    if not all(isinstance(bound, int) and not isinstance(bound, bool) for bound in (low, high)):
+        raise PlanError(f"random_int(low={low!r}, high={high!r}) needs integers; use random_float for fractions")
     if high < low:
         raise PlanError(f"random_int(low={low}, high={high}) is empty; high must be >= low")
     return Field("random_int", (("low", low), ("high", high)))
@@ -106,8 +108,16 @@ def zipf(n: int, exponent: float = 1.1, prefix: str | None = None) -> Field:
 
 
 def timestamp(start: str = "2026-01-01 00:00:00", step_ms: int = 1000) -> Field:
-    """Timestamps ``start + row * step_ms`` milliseconds."""
-    return Field("timestamp", (("start", start), ("step_ms", step_ms)))
+    """Timestamps ``start + row * step_ms`` milliseconds; ``start`` is ISO 8601, UTC unless it
+    names an offset, so runs repeat on machines in any time zone."""
+    try:
+        moment = datetime.fromisoformat(start)
+    except ValueError:
+        raise PlanError(f"timestamp(start={start!r}) is not an ISO 8601 time such as '2026-01-01 00:00:00'") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    micros = round(moment.timestamp() * 1_000_000)
+    return Field("timestamp", (("start", start), ("step_ms", step_ms), ("start_micros", micros)))
 
 
 class DatagenSource:

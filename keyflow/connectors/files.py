@@ -66,7 +66,10 @@ class FileSink:
         """Write ``frame`` and return the number of rows now in the output."""
         path = spark_path(self.path)
         frame.write.mode("overwrite").format(self.format).options(**self.options).save(path)
-        return frame.sparkSession.read.format(self.format).options(**_READ_DEFAULTS[self.format]).load(path).count()
+        # Read back the way it was written (header or not; quoted newlines in CSV).
+        read_options = {**self.options, "multiLine": "true"} if self.format == "csv" else self.options
+        reader = frame.sparkSession.read.format(self.format).options(**read_options)
+        return reader.schema(frame.schema).load(path).count()
 
 
 def parquet(path: str | Path, **options: str) -> FileSink:

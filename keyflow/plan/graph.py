@@ -84,6 +84,12 @@ class JobGraph:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> JobGraph:
+        version = data.get("format_version")
+        if version != PLAN_FORMAT_VERSION:
+            raise ValueError(
+                f"plan format_version {version!r} is not supported by this keyflow (it reads version "
+                f"{PLAN_FORMAT_VERSION}); use the keyflow release that wrote it"
+            )
         return JobGraph(
             name=data["name"],
             max_parallelism=int(data["max_parallelism"]),

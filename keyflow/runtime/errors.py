@@ -12,6 +12,7 @@ from keyflow.errors import WORKER_ERROR_MARKER, PipelineError
 
 _READ_FAILURE = re.compile(r"Encountered error while reading file (\S+?)\.?\s")
 _MALFORMED = re.compile(r"Malformed records are detected in record parsing")
+_PYTHON_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception)): (.+)$", re.MULTILINE)
 
 
 def translate(error: Exception, operator: str | None = None) -> PipelineError:
@@ -28,6 +29,11 @@ def translate(error: Exception, operator: str | None = None) -> PipelineError:
             f"{where}cannot read input file {read.group(1)} ({cause}); fix or remove the file "
             f"(for JSON/CSV, files(..., mode='PERMISSIVE') keeps bad records as nulls instead)"
         )
+    if "exception was thrown from the Python worker" in text or "Traceback (most recent call last)" in text:
+        raised = _PYTHON_ERROR.findall(text)
+        if raised:
+            kind, message = raised[-1]
+            return PipelineError(f"{where}a Python worker raised {kind.rsplit('.', 1)[-1]}: {message.strip()}")
     return PipelineError(f"{where}{first_line(text)}")
 
 

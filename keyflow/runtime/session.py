@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -9,6 +10,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from keyflow.config import ConfigError
+from keyflow.runtime.errors import first_line
 from keyflow.runtime.java import require_java
 
 DEFAULT_MASTER = "local[*]"
@@ -23,6 +26,7 @@ def spark_session(conf: Mapping[str, str] | None = None, app_name: str = "keyflo
     static ones (``spark.master``, memory, ...) take effect when a session is first created.
     """
     settings = {key: str(value) for key, value in (conf or {}).items() if key.startswith("spark.")}
+    _quiet_query_context_logs()
     active = SparkSession.getActiveSession()
     if active is not None:
         _apply_runtime_settings(active, settings)
@@ -30,7 +34,7 @@ def spark_session(conf: Mapping[str, str] | None = None, app_name: str = "keyflo
     require_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    builder = SparkSession.builder.appName(app_name)
+    builder = SparkSession.Builder().appName(app_name)  # a fresh builder: options must not leak between runs
     defaults = {
         "spark.master": DEFAULT_MASTER,
         "spark.ui.showConsoleProgress": "false",
@@ -38,12 +42,32 @@ def spark_session(conf: Mapping[str, str] | None = None, app_name: str = "keyflo
     }
     for key, value in {**defaults, **settings}.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    session = None
+    try:
+        session = builder.getOrCreate()
+        session.catalog.currentDatabase()  # builds the SQL session state: bad spark.sql.* values fail here
+    except Exception as error:
+        if session is not None:
+            session.stop()  # a half-built session would fail every later run too
+        raise ConfigError(
+            f"Spark did not start with the given spark.* settings: {first_line(str(error))}; "
+            "check the spark.* keys in the pipeline config, --conf and --config"
+        ) from None
     session.sparkContext.setLogLevel("FATAL")  # keyflow reports failures itself, in one line
     return session
 
 
 def _apply_runtime_settings(session: SparkSession, settings: Mapping[str, str]) -> None:
     for key, value in settings.items():
-        if session.conf.get(key, None) != value and session.conf.isModifiable(key):
+        if session.conf.get(key, None) == value or not session.conf.isModifiable(key):
+            continue
+        try:
             session.conf.set(key, value)
+        except Exception as error:
+            raise ConfigError(f"{key}={value!r} was rejected by Spark: {first_line(str(error))}") from None
+
+
+def _quiet_query_context_logs() -> None:
+    """PySpark logs every analysis error with its full JVM stack; keyflow shows one line instead."""
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -11,10 +11,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import TaskContext
 
-from keyflow.api.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView
+from keyflow.api.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView, same_keys
 from keyflow.api.state import ListState, MapState, StateDescriptor
 from keyflow.errors import WORKER_ERROR_MARKER
 from keyflow.keygroups import key_group_range
@@ -33,7 +32,13 @@ def conform(result: Any, schema: pa.Schema, operator: str) -> pa.Table:
     elif isinstance(result, pa.Table):
         table = result
     elif type(result).__name__ == "DataFrame" and hasattr(result, "columns"):
-        table = pa.Table.from_pandas(result, preserve_index=False)
+        try:
+            table = pa.Table.from_pandas(result, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+            raise WorkerError(
+                f"{WORKER_ERROR_MARKER}{operator} returned a pandas DataFrame Arrow cannot convert ({error}); "
+                "give each column one type"
+            ) from None
     else:
         raise WorkerError(
             f"{WORKER_ERROR_MARKER}{operator} returned {type(result).__name__}; "
@@ -131,7 +136,7 @@ def _last_key_start(table: pa.Table, keys: tuple[str, ...]) -> int:
     same = np.ones(table.num_rows, dtype=bool)
     for key in keys:
         column = table.column(key)
-        same &= np.asarray(pc.equal(column, column[-1]).to_numpy(zero_copy_only=False), dtype=bool)
+        same &= same_keys(column, pa.repeat(column[-1], table.num_rows))
     differing = np.flatnonzero(~same)
     return int(differing[-1]) + 1 if len(differing) else 0
 
