@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -38,12 +37,8 @@ def source(rows: int, keys: int) -> DatagenSource:
 
 def running_spend(batch: KeyedBatch, state: KeyedState) -> pa.Table:
     spend = state["spend"]
-    price = batch.data.column("price").to_numpy()
-    cumulative = np.cumsum(price)
-    before = (cumulative[batch.starts] - price[batch.starts])[batch.key_index]
-    carried = spend.get().fill_null(0.0).to_numpy(zero_copy_only=False)[batch.key_index]
-    running = cumulative - before + carried
-    spend.update(pa.array(running[batch.starts + batch.counts - 1]))
+    running = batch.running_sum(batch.data.column("price"), initial=spend.get())
+    spend.update(pa.array(batch.last_per_key(running)))
     return pa.table({"user": batch.data.column("user"), "n": batch.data.column("n"), "running": running})
 
 

@@ -13,7 +13,6 @@ Outputs are Parquet directories under ``out/clickstream/``.
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -62,20 +61,15 @@ def running_spend(batch: KeyedBatch, state: KeyedState) -> pa.Table:
     so the spend so far and the first-seen time live in value state.
     """
     spend, first_seen = state["spend"], state["first_seen"]
-    price = batch.data.column("price").to_numpy()
-    total = np.cumsum(price)
-    before_key = (total[batch.starts] - price[batch.starts])[batch.key_index]
-    carried = spend.get().fill_null(0.0).to_numpy(zero_copy_only=False)[batch.key_index]
-    running = total - before_key + carried
-
+    running = batch.running_sum(batch.data.column("price"), initial=spend.get())
     seen = pc.coalesce(first_seen.get(), batch.data.column("ts").take(pa.array(batch.starts)))
-    spend.update(pa.array(running[batch.starts + batch.counts - 1]))
+    spend.update(pa.array(batch.last_per_key(running)))
     first_seen.update(seen)
     return pa.table(
         {
             "user": batch.data.column("user"),
             "ts": batch.data.column("ts"),
-            "price": price,
+            "price": batch.data.column("price"),
             "running_spend": running,
             "first_seen": seen.take(pa.array(batch.key_index)),
         }

@@ -39,6 +39,23 @@ class KeyedBatch:
     def num_keys(self) -> int:
         return self.keys.num_rows
 
+    def running_sum(self, values: Any, initial: Any = None) -> npt.NDArray[Any]:
+        """Per-key cumulative sum of ``values`` in row order, starting from ``initial[j]``
+        for key ``j`` (e.g. a value state's ``get()``; nulls count as 0). Vectorised: one
+        cumulative sum over the batch, minus each key's offset."""
+        numbers = np.asarray(values.to_numpy(zero_copy_only=False) if hasattr(values, "to_numpy") else values)
+        cumulative = np.cumsum(numbers)
+        before_key = (cumulative[self.starts] - numbers[self.starts])[self.key_index]
+        running = cumulative - before_key
+        if initial is not None:
+            start = initial.fill_null(0) if isinstance(initial, pa.Array) else pa.array(initial).fill_null(0)
+            running = running + start.to_numpy(zero_copy_only=False)[self.key_index]
+        return running
+
+    def last_per_key(self, values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Each key's value at its last row (e.g. the running sum to store as state)."""
+        return np.asarray(values)[self.starts + self.counts - 1]
+
     @staticmethod
     def from_sorted(
         data: pa.Table, key_names: tuple[str, ...], key_groups: npt.NDArray[np.int32], subtask: int
