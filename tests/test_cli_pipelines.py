@@ -81,3 +81,26 @@ def test_run_errors_are_one_line(tmp_path: Path) -> None:
     assert "does not exist" in result.output
     result = runner.invoke(app, ["plan", str(write_pipeline(tmp_path)), "--conf", "novalue"])
     assert "--conf 'novalue' is not key=value" in result.output
+
+
+def test_the_main_job_outputs_agree_with_each_other(tmp_path: Path) -> None:
+    """make demo's pipeline: running spend recomputed with pandas matches, and the three
+    outputs agree on clicks and revenue per user and in total."""
+    result = subprocess.run(
+        [str(KEYFLOW), "run", str(EXAMPLE)], capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out" / "clickstream"
+    per_user = pd.read_parquet(out / "per_user").set_index("user")
+    per_page = pd.read_parquet(out / "per_page")
+    running = pd.read_parquet(out / "running_spend").sort_values(["user", "ts"])
+    assert len(running) == per_user.clicks.sum() == per_page.clicks.sum()
+    assert (running.price > 0).all()
+    pd.testing.assert_series_equal(
+        running.running_spend, running.groupby("user").price.cumsum(), check_names=False, rtol=1e-9
+    )
+    assert (running.first_seen == running.groupby("user").ts.transform("min")).all()
+    last = running.groupby("user").running_spend.last()
+    pd.testing.assert_series_equal(last.sort_index(), per_user.revenue.sort_index(), check_names=False, rtol=1e-9)
+    assert abs(per_page.revenue.sum() - per_user.revenue.sum()) < 1e-6 * per_user.revenue.sum()
+    assert "written to" in result.stdout
