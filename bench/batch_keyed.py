@@ -7,8 +7,8 @@
    keyflow at least 2x faster (ratio <= 0.5). Also timed with many small keys (2M rows,
    100k keys: 20 rows per key), where applyInPandas pays one pandas call per key.
 
-Both sides read the same datagen rows and end in Spark's ``noop`` writer, so each run
-does the whole computation and writes nothing. Run: ``make bench`` or
+Both sides build the same datagen rows inside the timed run (as a script would) and end
+in Spark's ``noop`` writer, so each run does the whole computation and writes nothing. Run: ``make bench`` or
 ``.venv/bin/python -m bench.batch_keyed [--rows N] [--keys N] [--parallelism P]``.
 """
 
@@ -72,10 +72,9 @@ def main() -> None:
     parser.add_argument("--only", choices=["aggregate", "process"], help="run one of the two comparisons")
     args = parser.parse_args()
     spark = spark_session({"spark.master": f"local[{args.parallelism}]"}, app_name="keyflow-bench")
-    frame = source(args.rows, args.keys).read(spark, args.parallelism)
 
     if args.only != "process":
-        compare_aggregate(args, frame)
+        compare_aggregate(args, spark)
     if args.only != "aggregate":
         compare_process(args, spark)
 
@@ -84,12 +83,17 @@ def noop(result: DataFrame) -> None:
     result.write.format("noop").mode("overwrite").save()
 
 
-def compare_aggregate(args: argparse.Namespace, frame: DataFrame) -> None:
+def compare_aggregate(args: argparse.Namespace, spark: SparkSession) -> None:
     progress(f"aggregate: {args.rows:,} rows, {args.keys:,} keys, parallelism {args.parallelism}")
     aggregate = keyflow_pipeline(args.rows, args.keys, args.parallelism, "aggregate")
     keyflow_seconds = best_seconds(aggregate.run, args.repeats)
     peer_seconds = best_seconds(
-        lambda: noop(frame.groupBy("user").agg(F.count("*").alias("clicks"), F.sum("price").alias("revenue"))),
+        lambda: noop(
+            source(args.rows, args.keys)
+            .read(spark, args.parallelism)
+            .groupBy("user")
+            .agg(F.count("*").alias("clicks"), F.sum("price").alias("revenue"))
+        ),
         args.repeats,
     )
     metric = "keyed_count_sum" if args.rows == 20_000_000 else f"keyed_count_sum_{args.rows}_rows"
@@ -103,9 +107,14 @@ def compare_process(args: argparse.Namespace, spark: SparkSession) -> None:
         progress(f"running state: {row_count:,} rows, {keys:,} keys")
         process = keyflow_pipeline(row_count, keys, args.parallelism, "process")
         keyflow_seconds = best_seconds(process.run, args.repeats)
-        rows = source(row_count, keys).read(spark, args.parallelism)
         peer_seconds = best_seconds(
-            lambda rows=rows: noop(rows.groupBy("user").applyInPandas(running_spend_pandas, SPEND_SCHEMA)), args.repeats
+            lambda row_count=row_count, keys=keys: noop(
+                source(row_count, keys)
+                .read(spark, args.parallelism)
+                .groupBy("user")
+                .applyInPandas(running_spend_pandas, SPEND_SCHEMA)
+            ),
+            args.repeats,
         )
         metric = "keyed_running_state" if keys == args.keys else f"keyed_running_state_{row_count}_rows_{keys}_keys"
         emit("batch_keyed", metric, "s", keyflow_seconds, "pyspark-applyInPandas", peer_seconds)

@@ -23,6 +23,8 @@ from keyflow.runtime.operators import (
 from keyflow.runtime.progress import progress_enabled, spark_progress
 from keyflow.runtime.session import spark_session
 
+KEYED_KINDS = (nodes.AggregateNode.kind, nodes.ProcessNode.kind)
+
 if TYPE_CHECKING:
     from keyflow.api.pipeline import Pipeline
 
@@ -45,7 +47,7 @@ class RunResult:
 
 
 def run_pipeline(pipeline: Pipeline, plan: JobGraph) -> RunResult:
-    spark = _session(pipeline)
+    spark = _session(pipeline, plan)
     builder = FrameBuilder(spark, plan, pipeline.config["pipeline.null-keys"], pipeline.sinks)
     result = RunResult(plan)
     started = time.perf_counter()
@@ -66,7 +68,7 @@ def run_pipeline(pipeline: Pipeline, plan: JobGraph) -> RunResult:
 
 def collect_node(pipeline: Pipeline, plan: JobGraph, node: nodes.Node) -> pa.Table:
     """Run the plan up to ``node`` and return its rows (for tests and notebooks)."""
-    spark = _session(pipeline)
+    spark = _session(pipeline, plan)
     builder = FrameBuilder(spark, plan, pipeline.config["pipeline.null-keys"], [node])
     try:
         frame = builder.frame(node)
@@ -173,8 +175,15 @@ def _consumer_counts(roots: list[Any]) -> dict[int, int]:
     return counts
 
 
-def _session(pipeline: Pipeline) -> SparkSession:
-    settings = {"spark.app.name": str(pipeline.config["pipeline.name"]), **pipeline.config.spark}
+def _session(pipeline: Pipeline, plan: JobGraph) -> SparkSession:
+    """The session, with Spark's own shuffles (inside aggregations) as wide as the keyed
+    operators, unless the pipeline sets ``spark.sql.shuffle.partitions`` itself."""
+    keyed = [op.parallelism for vertex in plan.vertices for op in vertex.operators if op.kind in KEYED_KINDS]
+    settings = {
+        "spark.app.name": str(pipeline.config["pipeline.name"]),
+        "spark.sql.shuffle.partitions": str(max(keyed, default=plan.default_parallelism)),
+        **pipeline.config.spark,
+    }
     return spark_session(settings, app_name=str(pipeline.config["pipeline.name"]))
 
 
