@@ -105,7 +105,7 @@ def running_total(batch: KeyedBatch, state: KeyedState) -> pa.Table:
 
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
 def test_process_with_value_state_equals_pandas(clicks: tuple[Path, pd.DataFrame], parallelism: int) -> None:
-    """Small Arrow batches force keys to span batches, so the state is what makes it right."""
+    """Tiny Arrow batches split keys; with order_by the runner reassembles whole keys, in time order."""
     path, frame = clicks
     p = pipeline(parallelism, **{"spark.sql.execution.arrow.maxRecordsPerBatch": "97"})
     result = (
