@@ -99,7 +99,6 @@ class Config(Mapping[str, Any]):
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:
         self._values: dict[str, Any] = {key: option.default for key, option in OPTIONS.items()}
         self._spark: dict[str, str] = {}
-        self._set_keys: set[str] = set()
         self.update(values or {})
 
     def update(self, values: Mapping[str, Any]) -> None:
@@ -109,23 +108,19 @@ class Config(Mapping[str, Any]):
                 self._spark[key] = str(value)
             elif key in OPTIONS:
                 self._values[key] = None if value is None else OPTIONS[key].parse(key, value)
-                self._set_keys.add(key)
             else:
                 raise ConfigError(_unknown_key_message(key))
 
     def merged(self, values: Mapping[str, Any] | None) -> Config:
         """A copy with ``values`` applied on top."""
         copy = Config()
-        copy._values, copy._spark, copy._set_keys = dict(self._values), dict(self._spark), set(self._set_keys)
+        copy._values, copy._spark = dict(self._values), dict(self._spark)
         copy.update(values or {})
         return copy
 
     @property
     def spark(self) -> dict[str, str]:
         return dict(self._spark)
-
-    def is_set(self, key: str) -> bool:
-        return key in self._set_keys
 
     def __getitem__(self, key: str) -> Any:
         if key.startswith("spark."):

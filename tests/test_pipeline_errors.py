@@ -175,6 +175,14 @@ def test_invalid_api_arguments() -> None:
         p.plan()
     with pytest.raises(PlanError, match=r"random_int\(low=3, high=1\) is empty"):
         random_int(3, 1)
+    with pytest.raises(PlanError, match=r"random_int\(low=0.5, high=2\) needs integers; use random_float"):
+        random_int(0.5, 2)  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="an operator name must be a non-empty string, got ''"):
+        source.set_name("")
+    from keyflow import timestamp
+
+    with pytest.raises(PlanError, match=r"timestamp\(start='tomorrow'\) is not an ISO 8601 time"):
+        timestamp(start="tomorrow")
 
 
 def test_map_batches_schema_that_cannot_be_inferred(with_nulls: Path) -> None:

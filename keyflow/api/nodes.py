@@ -121,6 +121,12 @@ class SinkNode(Node):
         return dict(self.sink.describe())
 
 
+def sink_target(sink: Any) -> str:
+    """Where a sink writes: its path, or its connector's name."""
+    described = sink.describe()
+    return str(described.get("path", described.get("connector", "sink")))
+
+
 def _function_name(function: Callable[..., Any] | None) -> str:
     if function is None:
         return "?"

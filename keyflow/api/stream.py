@@ -108,8 +108,7 @@ class Stream:
         """Write this stream to ``sink`` when the pipeline runs."""
         if not hasattr(sink, "write"):
             raise PlanError(f"{sink!r} is not a sink; use parquet(...), json(...), csv(...) or console()")
-        described = sink.describe()
-        label = name or f"sink: {described.get('path', described.get('connector', 'sink'))}"
+        label = name or f"sink: {nodes.sink_target(sink)}"
         self.pipeline.add_sink(
             self.pipeline.adopt(nodes.SinkNode((self.node,), label, _p(parallelism, label), sink=sink))
         )

@@ -59,7 +59,7 @@ def run_pipeline(pipeline: Pipeline, plan: JobGraph) -> RunResult:
             with spark_progress(spark, sink.name, show):
                 clock = time.perf_counter()
                 rows = builder.guarded(lambda frame=frame, sink=sink: sink.sink.write(frame), sink)
-            result.sinks.append(SinkResult(sink.name, _target(sink.sink), rows, time.perf_counter() - clock))
+            result.sinks.append(SinkResult(sink.name, nodes.sink_target(sink.sink), rows, time.perf_counter() - clock))
     finally:
         builder.release()
     result.seconds = time.perf_counter() - started
@@ -127,7 +127,7 @@ class FrameBuilder:
             with spark_progress(self.spark, label, show):
                 clock = time.perf_counter()
                 rows = self.guarded(lambda frame=frame, node=node: node.on_null.write(frame), node)
-            results.append(SinkResult(label, _target(node.on_null), rows, time.perf_counter() - clock))
+            results.append(SinkResult(label, nodes.sink_target(node.on_null), rows, time.perf_counter() - clock))
         return results
 
     def guarded(self, action: Any, node: nodes.Node) -> Any:
@@ -185,8 +185,3 @@ def _session(pipeline: Pipeline, plan: JobGraph) -> SparkSession:
         **pipeline.config.spark,
     }
     return spark_session(settings, app_name=str(pipeline.config["pipeline.name"]))
-
-
-def _target(sink: Any) -> str:
-    described = sink.describe()
-    return str(described.get("path", described.get("connector", "?")))

@@ -126,7 +126,7 @@ class ProcessRunner:
                 f"range {first}..{last}; the keyed exchange is broken (please report this)"
             )
         keyed = KeyedBatch.from_sorted(table.drop_columns([KEY_GROUP]), self.keys, key_groups, self._subtask)
-        state = KeyedState(self._store, self._store.slots(keyed.keys, keyed.key_groups), self._kinds)
+        state = KeyedState(self._store, self._store.slots(keyed.keys), self._kinds)
         result = _call_user(self.function, self.operator, keyed, state)
         yield from conform(result, self.schema, self.operator).to_batches()
 

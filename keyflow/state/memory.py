@@ -85,12 +85,11 @@ class KeyedStateStore:
     def __init__(self, descriptors: dict[str, StateDescriptor]) -> None:
         self.columns = {name: StateColumn(descriptor.arrow_type) for name, descriptor in descriptors.items()}
         self._index: pd.Index = pd.Index([])
-        self._key_groups: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
 
     def __len__(self) -> int:
         return len(self._index)
 
-    def slots(self, keys: pa.Table, key_groups: npt.NDArray[np.int32]) -> Slots:
+    def slots(self, keys: pa.Table) -> Slots:
         """Slots of the given (unique) keys, creating slots for keys never seen."""
         index = _key_index(keys)
         slots = self._index.get_indexer(index).astype(np.int64)
@@ -99,7 +98,6 @@ class KeyedStateStore:
             start = len(self._index)
             slots[new] = np.arange(start, start + int(new.sum()))
             self._index = self._index.append(index[new]) if len(self._index) else index[new]
-            self._key_groups = np.concatenate((self._key_groups, key_groups[new]))
             for column in self.columns.values():
                 column.grow(len(self._index))
         return slots
