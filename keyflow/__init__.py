@@ -31,6 +31,8 @@ _EXPORTS = {
     "parquet": "keyflow.connectors.files",
     "json": "keyflow.connectors.files",
     "csv": "keyflow.connectors.files",
+    "log": "keyflow.connectors.streams",
+    "Log": "keyflow.connectors.log",
     "console": "keyflow.connectors.console",
     "blackhole": "keyflow.connectors.console",
     "KeyflowError": "keyflow.errors",

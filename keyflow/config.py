@@ -53,6 +53,24 @@ def _choice(*choices: str) -> Callable[[str, Any], str]:
     return parse
 
 
+_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(key: str, value: Any) -> float:
+    """Seconds from a Flink-style duration: ``30 s``, ``500 ms``, ``5 min``, ``1h`` (bare numbers: ms)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(value).lower())
+    if isinstance(value, bool) or not match or match.group(2) not in (*_UNITS, ""):
+        raise ConfigError(f"{key}={value!r} is not a duration; write e.g. '30 s', '500 ms' or '5 min'")
+    return float(match.group(1)) * _UNITS.get(match.group(2), 0.001)
+
+
+def _flag(key: str, value: Any) -> bool:
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(f"{key}={value!r} is invalid; use true or false")
+    return text == "true"
+
+
 def _text(key: str, value: Any) -> str:
     if not str(value).strip():
         raise ConfigError(f"{key} must not be empty")
@@ -88,6 +106,33 @@ OPTIONS: dict[str, Option] = {
             _choice("auto", "on", "off"),
             "auto",
             "Progress display while Spark jobs run: auto (only on a terminal), on, off.",
+        ),
+        Option(
+            "execution.checkpointing.interval",
+            parse_duration,
+            1.0,
+            "Streaming: how often a micro-batch starts (each micro-batch is one checkpoint), e.g. '1 s', '0 s'.",
+        ),
+        Option("state.checkpoints.dir", _text, None, "Streaming: checkpoint directory when run() is given none."),
+        Option(
+            "state.checkpoints.num-retained",
+            _positive_int,
+            3,
+            "Streaming: how many committed checkpoints to keep; older ones and files only they use are deleted.",
+        ),
+        Option(
+            "state.compaction.max-deltas",
+            _positive_int,
+            10,
+            "Streaming: a subtask rewrites its key-group range as one full file once that many delta files "
+            "would be read to restore it (bounds restore cost).",
+        ),
+        Option(
+            "execution.state-recovery.ignore-unclaimed-state",
+            _flag,
+            False,
+            "Streaming: restore a checkpoint even if it holds state of operators the pipeline no longer has "
+            "(that state is dropped).",
         ),
     )
 }

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from keyflow.plan.graph import JobGraph
     from keyflow.runtime.executor import RunResult
+    from keyflow.runtime.streaming import StreamingJob, StreamingResult
 
 NodeT = TypeVar("NodeT", bound=nodes.Node)
 
@@ -75,11 +76,42 @@ class Pipeline:
             raise PlanError("the pipeline has no sink; end a stream with .sink(parquet('out/...')) or use .to_arrow()")
         return compile_plan(self.sinks, self.config)
 
-    def run(self) -> RunResult:
-        """Run every sink (bounded sources: one batch job) and return what was written."""
-        from keyflow.runtime.executor import run_pipeline
+    def run(self, checkpoint: str | None = None, available_now: bool = False) -> RunResult | StreamingResult:
+        """Run every sink. Bounded sources: one batch job. An unbounded source: a streaming
+        job with exactly-once state and sinks in ``checkpoint`` (or ``state.checkpoints.dir``)
+        that runs until interrupted, or with ``available_now`` until the data there now is done."""
+        checkpoint = checkpoint or self.config["state.checkpoints.dir"]
+        if checkpoint is None and not self._unbounded():
+            from keyflow.runtime.executor import run_pipeline
 
-        return run_pipeline(self, self.plan())
+            return run_pipeline(self, self.plan())
+        from keyflow.runtime.streaming import run_streaming
+
+        return run_streaming(self, self._checkpoint(checkpoint), available_now)
+
+    def start(self, checkpoint: str | None = None) -> StreamingJob:
+        """Start a streaming run and return its handle (status, last batch, rescale, stop)."""
+        from keyflow.runtime.streaming import StreamingJob
+
+        self.plan()
+        return StreamingJob(self, self._checkpoint(checkpoint or self.config["state.checkpoints.dir"]), False)
+
+    def _checkpoint(self, checkpoint: str | None) -> str:
+        if not self.sinks:
+            self.plan()  # raises the no-sink error
+        if checkpoint is None:
+            raise PlanError(
+                "this pipeline reads an unbounded source, so it needs a checkpoint directory: "
+                "run(checkpoint='ckpt/my-pipeline') or --checkpoint DIR or state.checkpoints.dir"
+            )
+        if not isinstance(checkpoint, str) or not checkpoint.strip():
+            raise PlanError(f"checkpoint={checkpoint!r} is not a directory path or URI")
+        return str(checkpoint)
+
+    def _unbounded(self) -> bool:
+        from keyflow.runtime.streaming import source_nodes
+
+        return any(getattr(node.source, "unbounded", False) for node in source_nodes(self.sinks))
 
     def collect(self, node: nodes.Node) -> pa.Table:
         from keyflow.plan.compile import compile_plan

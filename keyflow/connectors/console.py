@@ -16,13 +16,20 @@ class ConsoleSink:
     def describe(self) -> dict[str, Any]:
         return {"connector": "console", "rows": self.rows}
 
-    def write(self, frame: DataFrame) -> int:
+    def write(self, frame: DataFrame, title: str | None = None) -> int:
         shown = frame.limit(self.rows).toArrow()
-        table = Table(*shown.column_names, title=self.title)
+        table = Table(*shown.column_names, title=title or self.title)
         for row in shown.to_pylist():
             table.add_row(*[str(value) for value in row.values()])
         Console().print(table)
         return shown.num_rows
+
+    def reset(self) -> None:
+        return None
+
+    def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:
+        """Print the micro-batch's first rows (a console cannot take output back)."""
+        return self.write(frame, f"{self.title or 'batch'} {batch}"), []
 
 
 def console(rows: int = 20, title: str | None = None) -> ConsoleSink:
@@ -38,6 +45,14 @@ class BlackholeSink:
 
     def write(self, frame: DataFrame) -> None:
         frame.write.format("noop").mode("overwrite").save()
+
+    def reset(self) -> None:
+        return None
+
+    def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:
+        from keyflow.connectors.files import counted_write
+
+        return counted_write(frame, lambda observed: observed.write.format("noop").mode("overwrite").save()), []
 
 
 def blackhole() -> BlackholeSink:

@@ -121,32 +121,76 @@ def timestamp(start: str = "2026-01-01 00:00:00", step_ms: int = 1000) -> Field:
 
 
 class DatagenSource:
-    """A bounded source of ``rows`` generated rows."""
+    """Generated rows: ``rows`` of them at once (bounded), or released at ``rows_per_second``
+    (unbounded; ``rows`` then caps the total)."""
 
-    def __init__(self, rows: int, fields: dict[str, Field], seed: int = 0) -> None:
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+    def __init__(
+        self,
+        rows: int | None,
+        fields: dict[str, Field],
+        seed: int = 0,
+        rows_per_second: float | None = None,
+        rows_per_batch: int | None = None,
+    ) -> None:
+        if rows is None and rows_per_second is None:
+            raise PlanError("datagen needs rows=N (bounded) or rows_per_second=R (unbounded)")
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 0):
             raise PlanError(f"datagen rows={rows!r} is invalid; it must be a non-negative integer")
+        if rows_per_second is not None and (isinstance(rows_per_second, bool) or not rows_per_second > 0):
+            raise PlanError(f"datagen rows_per_second={rows_per_second!r} is invalid; it must be a positive number")
+        if rows_per_batch is not None and (not isinstance(rows_per_batch, int) or rows_per_batch < 1):
+            raise PlanError(f"datagen rows_per_batch={rows_per_batch!r} is invalid; it must be a positive integer")
         if not fields:
             raise PlanError("datagen needs fields, e.g. fields={'user': zipf(10_000, prefix='user-')}")
         for name, field in fields.items():
             if not isinstance(field, Field):
                 raise PlanError(f"datagen field {name!r} is {field!r}; use sequence(), random_int(), zipf(), ...")
         self.rows, self.fields, self.seed = rows, dict(fields), seed
+        self.rows_per_second, self.rows_per_batch = rows_per_second, rows_per_batch
+
+    @property
+    def unbounded(self) -> bool:
+        return self.rows_per_second is not None
 
     def describe(self) -> dict[str, Any]:
         fields = {name: field.describe() for name, field in self.fields.items()}
-        return {"connector": "datagen", "rows": self.rows, "seed": self.seed, "fields": fields}
+        described: dict[str, Any] = {"connector": "datagen", "rows": self.rows, "seed": self.seed, "fields": fields}
+        if self.unbounded:
+            described.update(rows_per_second=self.rows_per_second, rows_per_batch=self.rows_per_batch)
+        return described
 
     def read(self, spark: SparkSession, parallelism: int) -> DataFrame:
         """Exactly ``parallelism`` partitions of generated rows."""
+        return self._generate(spark.range(0, self.rows or 0, 1, numPartitions=parallelism))
+
+    def read_stream(self, spark: SparkSession, parallelism: int) -> DataFrame:
+        """Row numbers from a streaming source, ``parallelism`` partitions per micro-batch."""
+        from keyflow.connectors.streams import register
+
+        register(spark)
+        options = {"rows_per_second": self.rows_per_second, "rows": self.rows, "rows_per_batch": self.rows_per_batch}
+        reader = spark.readStream.format("keyflow-rows").option("partitions", parallelism)
+        return self._generate(reader.options(**{k: str(v) for k, v in options.items() if v is not None}).load())
+
+    def _generate(self, ids: DataFrame) -> DataFrame:
         row = F.col("id")
         columns = []
         for index, (name, field) in enumerate(self.fields.items()):
             bits = F.xxhash64(row, F.lit(self.seed), F.lit(index)).bitwiseAND(F.lit(_MANTISSA))
             columns.append(field.column(row, bits.cast("double") / F.lit(float(1 << 53))).alias(name))
-        return spark.range(0, self.rows, 1, numPartitions=parallelism).select(*columns)
+        return ids.select(*columns)
 
 
-def datagen(rows: int, fields: dict[str, Field], seed: int = 0) -> DatagenSource:
-    """Generated rows: ``datagen(rows=1_000_000, fields={"user": zipf(10_000, prefix="user-")}, seed=7)``."""
-    return DatagenSource(rows, fields, seed)
+def datagen(
+    rows: int | None = None,
+    fields: dict[str, Field] | None = None,
+    seed: int = 0,
+    rows_per_second: float | None = None,
+    rows_per_batch: int | None = None,
+) -> DatagenSource:
+    """Generated rows: ``datagen(rows=1_000_000, fields={"user": zipf(10_000, prefix="user-")}, seed=7)``.
+
+    With ``rows_per_second`` the source is unbounded (a streaming pipeline); ``rows`` then
+    stops it after that many rows and ``rows_per_batch`` caps each micro-batch.
+    """
+    return DatagenSource(rows, fields or {}, seed, rows_per_second, rows_per_batch)

@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyarrow import fs
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 
 from keyflow.errors import PipelineError, PlanError
+from keyflow.paths import exists, filesystem
 from keyflow.runtime.exchange import with_partitions
 
 FORMATS = ("parquet", "json", "csv")
@@ -23,11 +26,14 @@ def _check_format(format: str) -> str:
 
 
 class FileSource:
-    """A bounded source over a file or directory of files."""
+    """Files of a directory: read once (bounded), or watched for new files (``watch=True``)."""
 
-    def __init__(self, path: str | Path, format: str, schema: str | None, options: dict[str, str]) -> None:
+    def __init__(
+        self, path: str | Path, format: str, schema: str | None, options: dict[str, str], watch: bool = False
+    ) -> None:
         self.path, self.format, self.schema = str(path), _check_format(format), schema
         self.options = {**_READ_DEFAULTS[format], **options}
+        self.unbounded = watch
 
     def describe(self) -> dict[str, Any]:
         described = {"connector": f"files ({self.format})", "path": self.path}
@@ -45,11 +51,28 @@ class FileSource:
             reader = reader.option("inferSchema", "true")
         return with_partitions(reader.load(spark_path(self.path)), parallelism)
 
+    def read_stream(self, spark: SparkSession, parallelism: int) -> DataFrame:
+        """New files become new data; the schema comes from ``schema`` or the files there now."""
+        schema = self.schema
+        if not schema:
+            if not _exists(self.path) or not any(Path(self.path).iterdir()):
+                raise PipelineError(
+                    f"watched directory {self.path} has no files to take the schema from; "
+                    "pass files(..., schema='col type, ...')"
+                )
+            schema = self.read(spark, 1).schema
+        reader = spark.readStream.format(self.format).options(**self.options).schema(schema)
+        return reader.load(spark_path(self.path))
 
-def files(path: str | Path, format: str = "parquet", schema: str | None = None, **options: str) -> FileSource:
+
+def files(
+    path: str | Path, format: str = "parquet", schema: str | None = None, watch: bool = False, **options: str
+) -> FileSource:
     """Read Parquet, JSON lines or CSV. ``schema`` is a DDL string (``"user string, price double"``);
-    without one, Parquet uses its own and JSON/CSV are inferred. Extra ``options`` go to Spark's reader."""
-    return FileSource(path, format, schema, options)
+    without one, Parquet uses its own and JSON/CSV are inferred. With ``watch=True`` the
+    directory is a stream: files added later are new data (``maxFilesPerTrigger=N`` caps a
+    micro-batch). Extra ``options`` go to Spark's reader."""
+    return FileSource(path, format, schema, options, watch)
 
 
 class FileSink:
@@ -70,6 +93,52 @@ class FileSink:
         read_options = {**self.options, "multiLine": "true"} if self.format == "csv" else self.options
         reader = frame.sparkSession.read.format(self.format).options(**read_options)
         return reader.schema(frame.schema).load(path).count()
+
+    def reset(self) -> None:
+        """A new streaming run starts from an empty output directory (like a batch overwrite)."""
+        files, root = filesystem(spark_path(self.path))
+        if exists(files, root):
+            files.delete_dir_contents(root)
+
+    def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:
+        """Write one micro-batch under a staging directory (readers skip ``_`` names) and
+        return its row count and the moves that publish it once the checkpoint commits.
+        A replayed batch overwrites its own staging directory, so publishing is idempotent."""
+        staging = spark_path(f"{self.path}/{STAGING}/batch-{batch:010d}")
+        rows = counted_write(frame, lambda observed: observed.write.mode("overwrite").format(self.format).options(
+            **self.options).save(staging))  # fmt: skip
+        files, root = filesystem(staging)
+        final = filesystem(spark_path(self.path))[1]
+        parts = sorted(
+            i.base_name for i in files.get_file_info(fs.FileSelector(root)) if i.base_name.startswith("part-")
+        )
+        moves = [
+            [f"{root}/{name}", f"{final}/part-b{batch:010d}-{number:05d}{name[name.index('.') :]}"]
+            for number, name in enumerate(parts)
+        ]
+        return rows, moves
+
+
+STAGING = "_keyflow_staging"
+
+
+def publish(moves: list[list[str]]) -> None:
+    """Move staged files into place; files already moved are skipped (safe to repeat)."""
+    for source, target in moves:
+        files, source_path = filesystem(source)
+        if exists(files, source_path):
+            files.move(source_path, filesystem(target)[1])
+    for directory in {source.rsplit("/", 1)[0] for source, _ in moves}:
+        files, path = filesystem(directory)
+        if exists(files, path):
+            files.delete_dir(path)
+
+
+def counted_write(frame: DataFrame, write: Any) -> int:
+    """Run ``write`` on ``frame`` and return how many rows it wrote (counted on the way)."""
+    observation = Observation()
+    write(frame.observe(observation, F.count(F.lit(1)).alias("rows")))
+    return int(observation.get["rows"])
 
 
 def parquet(path: str | Path, **options: str) -> FileSink:

@@ -22,6 +22,7 @@ from keyflow.runtime.operators import (
 )
 from keyflow.runtime.progress import progress_enabled, spark_progress
 from keyflow.runtime.session import spark_session
+from keyflow.state.durable import CheckpointedState
 
 KEYED_KINDS = (nodes.AggregateNode.kind, nodes.ProcessNode.kind)
 
@@ -47,7 +48,7 @@ class RunResult:
 
 
 def run_pipeline(pipeline: Pipeline, plan: JobGraph) -> RunResult:
-    spark = _session(pipeline, plan)
+    spark = pipeline_session(pipeline, plan)
     builder = FrameBuilder(spark, plan, pipeline.config["pipeline.null-keys"], pipeline.sinks)
     result = RunResult(plan)
     started = time.perf_counter()
@@ -68,7 +69,7 @@ def run_pipeline(pipeline: Pipeline, plan: JobGraph) -> RunResult:
 
 def collect_node(pipeline: Pipeline, plan: JobGraph, node: nodes.Node) -> pa.Table:
     """Run the plan up to ``node`` and return its rows (for tests and notebooks)."""
-    spark = _session(pipeline, plan)
+    spark = pipeline_session(pipeline, plan)
     builder = FrameBuilder(spark, plan, pipeline.config["pipeline.null-keys"], [node])
     try:
         frame = builder.frame(node)
@@ -81,8 +82,19 @@ def collect_node(pipeline: Pipeline, plan: JobGraph, node: nodes.Node) -> pa.Tab
 class FrameBuilder:
     """Turns operators into DataFrames, each once; operators read by several are persisted."""
 
-    def __init__(self, spark: SparkSession, plan: JobGraph, null_keys: str, roots: list[Any]) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        plan: JobGraph,
+        null_keys: str,
+        roots: list[Any],
+        sources: dict[int, DataFrame] | None = None,
+        backends: dict[int, CheckpointedState] | None = None,
+    ) -> None:
+        """``sources`` replace reading a source (a streaming micro-batch); ``backends`` give
+        keyed operators durable state (streaming); without them state lives for one run."""
         self.spark, self.plan, self.null_keys = spark, plan, null_keys
+        self._sources, self._backends = sources or {}, backends or {}
         self._consumers = _consumer_counts(roots)
         self._frames: dict[int, DataFrame] = {}
         self._keyed: dict[int, tuple[nodes.KeyedNode, DataFrame]] = {}  # with its input, for null-key counts
@@ -93,7 +105,9 @@ class FrameBuilder:
         if node.uid in self._frames:
             return self._frames[node.uid]
         operator = self.plan.operator(node.uid)
-        if isinstance(node, nodes.SourceNode):
+        if node.uid in self._sources:
+            frame = self._sources[node.uid]
+        elif isinstance(node, nodes.SourceNode):
             read = node.source.read
             frame = self.guarded(lambda: read(self.spark, operator.parallelism), node)
         else:
@@ -107,7 +121,7 @@ class FrameBuilder:
                     self._dead_letters.append((node, upstream.filter(null_key_condition(node.keys))))
                     upstream = upstream.filter(~null_key_condition(node.keys))
                 policy = "keep" if node.on_null is not None else self.null_keys
-                frame = apply_keyed(node, upstream, self.plan, policy)
+                frame = apply_keyed(node, upstream, self.plan, policy, self._backends.get(node.uid))
             elif isinstance(node, nodes.SinkNode):
                 frame = upstream
             else:
@@ -118,11 +132,15 @@ class FrameBuilder:
         self._frames[node.uid] = frame
         return frame
 
+    def take_dead_letters(self) -> list[tuple[nodes.KeyedNode, DataFrame]]:
+        """Rows with null keys, per operator with a dead-letter sink, not yet written."""
+        taken, self._dead_letters = self._dead_letters, []
+        return taken
+
     def write_dead_letters(self, show: bool) -> list[SinkResult]:
         """Write rows with null keys to the dead-letter sinks of the operators built so far."""
         results = []
-        while self._dead_letters:
-            node, frame = self._dead_letters.pop(0)
+        for node, frame in self.take_dead_letters():
             label = f"dead letters of {node.name!r}"
             with spark_progress(self.spark, label, show):
                 clock = time.perf_counter()
@@ -175,7 +193,7 @@ def _consumer_counts(roots: list[Any]) -> dict[int, int]:
     return counts
 
 
-def _session(pipeline: Pipeline, plan: JobGraph) -> SparkSession:
+def pipeline_session(pipeline: Pipeline, plan: JobGraph) -> SparkSession:
     """The session, with Spark's own shuffles (inside aggregations) as wide as the keyed
     operators, unless the pipeline sets ``spark.sql.shuffle.partitions`` itself."""
     keyed = [op.parallelism for vertex in plan.vertices for op in vertex.operators if op.kind in KEYED_KINDS]

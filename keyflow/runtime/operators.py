@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame
@@ -10,11 +12,14 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from keyflow.api import nodes
+from keyflow.api.state import ValueState
 from keyflow.errors import PlanError
 from keyflow.plan.graph import JobGraph
+from keyflow.runtime.aggregates import PartialMerge, mergeable_aggregates
 from keyflow.runtime.errors import first_line
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
 from keyflow.runtime.workers import BatchMapper, ProcessRunner, conform
+from keyflow.state.durable import CheckpointedState, MemoryState
 
 NULL_KEY_MARKER = "[keyflow-null-keys]"
 
@@ -46,8 +51,18 @@ def require_key_columns(node: nodes.KeyedNode, frame: DataFrame) -> None:
         )
 
 
-def apply_keyed(node: nodes.KeyedNode, frame: DataFrame, plan: JobGraph, null_keys: str) -> DataFrame:
+def apply_keyed(
+    node: nodes.KeyedNode,
+    frame: DataFrame,
+    plan: JobGraph,
+    null_keys: str,
+    backend: MemoryState | CheckpointedState | None = None,
+) -> DataFrame:
     """aggregate and process: exact exchange by key group, then the keyed operator.
+
+    ``backend`` is where keyed state lives: None for a batch run (an aggregate is then
+    one Spark aggregation), a checkpoint in streaming (an aggregate's partials of each
+    micro-batch are merged into state).
 
     ``null_keys`` is the policy for rows whose key has a null: ``fail`` (the exchange's
     routing expression raises, so the check cannot be moved or evaluated twice by Spark's
@@ -64,30 +79,42 @@ def apply_keyed(node: nodes.KeyedNode, frame: DataFrame, plan: JobGraph, null_ke
             rows = rows.filter(~null_key_condition(node.keys))
         return keyed_exchange(rows, node.keys, max_parallelism, parallelism, keep_key_group, fail_message)
 
+    def run(
+        exchanged: DataFrame, function: Any, schema: pa.Schema, state: dict[str, Any], order_by: tuple
+    ) -> DataFrame:
+        runner = ProcessRunner(
+            function, schema, node.keys, order_by, state, max_parallelism, parallelism,
+            f"{node.kind} {node.name!r}", backend or MemoryState(),
+        )  # fmt: skip
+        return exchanged.mapInArrow(runner, from_arrow_schema(schema))
+
     try:
-        if isinstance(node, nodes.AggregateNode):
+        if isinstance(node, nodes.AggregateNode) and backend is None:
             aggregated = frame.groupBy(*node.keys).agg(
                 *[F.expr(expression).alias(name) for name, expression in node.aggregations.items()]
             )
             return exchange(aggregated, keep_key_group=False)
+        if isinstance(node, nodes.AggregateNode):
+            aggregates = mergeable_aggregates(frame.sparkSession, node.name, node.aggregations)
+            partials = {column: expression for a in aggregates for column, (_, expression) in a.partials().items()}
+            partial = frame.groupBy(*node.keys).agg(*[F.expr(e).alias(column) for column, e in partials.items()])
+            types = to_arrow_schema(partial.schema, timezone=session_timezone(frame))
+            output = [types.field(key) for key in node.keys]
+            for aggregate in aggregates:
+                if aggregate.function in ("avg", "mean"):
+                    output.append(pa.field(aggregate.name, pa.float64()))
+                else:
+                    output.append(types.field(f"__{aggregate.name}").with_name(aggregate.name))
+            state = {column: ValueState(types.field(column).type) for column in partials}
+            merge = PartialMerge(aggregates, node.keys)
+            return run(exchange(partial, keep_key_group=True), merge, pa.schema(output), state, ())
         if isinstance(node, nodes.ProcessNode):
             schema = _arrow_schema(node.schema, node, session_timezone(frame))
             for column in node.order_by:
                 if column not in frame.columns:
                     raise PlanError(f"operator {node.name!r}: order_by column {column!r} not found in {frame.columns}")
-            exchanged = exchange(frame, keep_key_group=True)
-            ordered = exchanged.sortWithinPartitions(*node.keys)
-            runner = ProcessRunner(
-                node.function,  # type: ignore[arg-type]
-                schema,
-                node.keys,
-                node.order_by,
-                node.state,
-                max_parallelism,
-                parallelism,
-                f"process {node.name!r}",
-            )
-            return ordered.mapInArrow(runner, from_arrow_schema(schema))
+            ordered = exchange(frame, keep_key_group=True).sortWithinPartitions(*node.keys)
+            return run(ordered, node.function, schema, node.state, node.order_by)
     except (AnalysisException, ParseException) as error:
         raise PlanError(f"operator {node.name!r} ({node.kind}: {_described(node)}): {first_line(str(error))}") from None
     raise AssertionError(node.kind)

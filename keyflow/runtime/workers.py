@@ -18,7 +18,7 @@ from keyflow.api.state import ListState, MapState, StateDescriptor
 from keyflow.errors import WORKER_ERROR_MARKER
 from keyflow.keygroups import key_group_range
 from keyflow.runtime.exchange import KEY_GROUP
-from keyflow.state.memory import KeyedStateStore
+from keyflow.state.durable import CheckpointedState, MemoryState
 
 
 class WorkerError(RuntimeError):
@@ -91,14 +91,17 @@ class ProcessRunner:
         max_parallelism: int,
         parallelism: int,
         operator: str,
+        backend: MemoryState | CheckpointedState,
     ) -> None:
         self.function, self.schema, self.keys, self.order_by, self.state = function, schema, keys, order_by, state
         self.max_parallelism, self.parallelism, self.operator = max_parallelism, parallelism, operator
+        self.backend = backend
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
         self._subtask = context.partitionId() if context else 0
-        self._store = KeyedStateStore(self.state)
+        self._range = key_group_range(self.max_parallelism, self.parallelism, self._subtask)
+        self._store = self.backend.open(self.state, self._subtask, *self._range)
         self._kinds = {name: _view_kind(descriptor) for name, descriptor in self.state.items()}
         pending: pa.Table | None = None
         for batch in batches:
@@ -114,19 +117,20 @@ class ProcessRunner:
                 yield from self._run(table)
         if pending is not None and pending.num_rows:
             yield from self._run(pending)
+        self.backend.close(self._store, self._subtask, *self._range)
 
     def _run(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
         if self.order_by:
             table = table.sort_by([(column, "ascending") for column in (*self.keys, *self.order_by)])
         key_groups = table.column(KEY_GROUP).to_numpy().astype(np.int32)
-        first, last = key_group_range(self.max_parallelism, self.parallelism, self._subtask)
+        first, last = self._range
         if key_groups.min() < first or key_groups.max() > last:
             raise WorkerError(
                 f"{WORKER_ERROR_MARKER}{self.operator}: subtask {self._subtask} received key groups outside its "
                 f"range {first}..{last}; the keyed exchange is broken (please report this)"
             )
         keyed = KeyedBatch.from_sorted(table.drop_columns([KEY_GROUP]), self.keys, key_groups, self._subtask)
-        state = KeyedState(self._store, self._store.slots(keyed.keys), self._kinds)
+        state = KeyedState(self._store, self._store.slots(keyed.keys, keyed.key_groups), self._kinds)
         result = _call_user(self.function, self.operator, keyed, state)
         yield from conform(result, self.schema, self.operator).to_batches()
 

@@ -1,9 +1,9 @@
 """In-memory keyed state of one operator subtask (batch runs; streaming persists it).
 
-Keys map to dense slots through a pandas index (a C hash table), and each declared state
-is one column over slots: fixed-width types in typed NumPy arrays with a validity mask,
-everything else (strings, lists, maps) as Python objects. Reads and writes take whole
-arrays of slots; nothing loops over records.
+Keys map to dense slots through a chunked pandas index (C hash tables), and each declared
+state is one column over slots: fixed-width types in typed NumPy arrays with a validity
+mask, everything else (strings, lists, maps) as Python objects. Reads and writes take
+whole arrays of slots; nothing loops over records.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pyarrow as pa
 from keyflow.api.state import StateDescriptor
 
 Slots = npt.NDArray[np.int64]
+KEY_GROUP_FIELD = "__key_group"
 
 
 class StateColumn:
@@ -34,11 +35,8 @@ class StateColumn:
         if size <= len(self._valid):
             return
         capacity = max(size, 2 * len(self._valid), 1024)
-        values = np.empty(capacity, dtype=self._values.dtype)
-        values[: len(self._values)] = self._values
-        valid = np.zeros(capacity, dtype=bool)
-        valid[: len(self._valid)] = self._valid
-        self._values, self._valid = values, valid
+        self._values = _grown(self._values, capacity)
+        self._valid = _grown(self._valid, capacity)
 
     def get(self, slots: Slots) -> pa.Array:
         valid = self._valid[slots]
@@ -51,6 +49,8 @@ class StateColumn:
     def set(self, slots: Slots, values: pa.Array) -> None:
         if len(values) != len(slots):
             raise ValueError(f"state update has {len(values)} values for {len(slots)} keys; give one per key")
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
         if values.type != self.type:
             values = values.cast(self.type)
         valid = ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)
@@ -60,6 +60,12 @@ class StateColumn:
         else:
             self._values[slots] = _object_array(values.to_pylist())
         self._valid[slots] = valid
+
+
+def _grown(array: np.ndarray, capacity: int) -> np.ndarray:
+    grown = np.zeros(capacity, dtype=array.dtype) if array.dtype == bool else np.empty(capacity, dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
 
 
 def _fixed_width_storage(arrow_type: pa.DataType) -> pa.DataType | None:
@@ -79,28 +85,120 @@ def _object_array(items: list[Any]) -> np.ndarray:
     return array
 
 
+class KeyIndex:
+    """Key → dense slot, as pandas hash indexes in chunks of doubling size.
+
+    New keys form a new chunk; chunks of similar size merge (a binary counter), so adding
+    keys costs amortised O(log n) per key and a lookup probes O(log n) hash tables instead
+    of rebuilding one table over all keys every batch.
+    """
+
+    def __init__(self) -> None:
+        self._chunks: list[tuple[pd.Index, int]] = []  # (keys, first slot)
+        self.size = 0
+
+    def lookup(self, keys: pd.Index) -> Slots:
+        """Slots of ``keys``; -1 for keys not in the index."""
+        slots = np.full(len(keys), -1, dtype=np.int64)
+        missing = np.arange(len(keys))
+        for chunk, first in self._chunks:
+            if not len(missing):
+                break
+            found = chunk.get_indexer(keys if len(missing) == len(keys) else keys.take(missing))
+            hit = found >= 0
+            slots[missing[hit]] = found[hit] + first
+            missing = missing[~hit]
+        return slots
+
+    def add(self, keys: pd.Index) -> Slots:
+        slots = np.arange(self.size, self.size + len(keys), dtype=np.int64)
+        self._chunks.append((keys, self.size))
+        self.size += len(keys)
+        while len(self._chunks) > 1 and len(self._chunks[-2][0]) <= 2 * len(self._chunks[-1][0]):
+            (older, first), (newer, _) = self._chunks[-2], self._chunks.pop()
+            self._chunks[-1] = (older.append(newer), first)
+        return slots
+
+    def keys(self) -> pd.Index:
+        """All keys in slot order."""
+        if not self._chunks:
+            return pd.Index([])
+        index = self._chunks[0][0]
+        return index.append([chunk for chunk, _ in self._chunks[1:]]) if len(self._chunks) > 1 else index
+
+
 class KeyedStateStore:
-    """All declared states of one operator subtask, addressed by key."""
+    """All declared states of one operator subtask, addressed by key.
+
+    Each slot remembers its key group (state is stored and restored by key group) and
+    whether it was touched since the last :meth:`take_touched` (what a checkpoint writes).
+    """
 
     def __init__(self, descriptors: dict[str, StateDescriptor]) -> None:
+        self.descriptors = dict(descriptors)
         self.columns = {name: StateColumn(descriptor.arrow_type) for name, descriptor in descriptors.items()}
-        self._index: pd.Index = pd.Index([])
+        self._index = KeyIndex()
+        self._key_schema: pa.Schema | None = None
+        self._key_groups = np.zeros(0, dtype=np.int32)
+        self._touched = np.zeros(0, dtype=bool)
 
     def __len__(self) -> int:
-        return len(self._index)
+        return self._index.size
 
-    def slots(self, keys: pa.Table) -> Slots:
-        """Slots of the given (unique) keys, creating slots for keys never seen."""
+    def slots(self, keys: pa.Table, key_groups: npt.NDArray[np.int32] | None = None) -> Slots:
+        """Slots of the given (unique) keys, creating slots for keys never seen; marks them touched."""
+        if self._key_schema is None:
+            self._key_schema = keys.schema
         index = _key_index(keys)
-        slots = self._index.get_indexer(index).astype(np.int64)
+        slots = self._index.lookup(index)
         new = slots < 0
         if new.any():
-            start = len(self._index)
-            slots[new] = np.arange(start, start + int(new.sum()))
-            self._index = self._index.append(index[new]) if len(self._index) else index[new]
+            slots[new] = self._index.add(index[new])
+            size = self._index.size
             for column in self.columns.values():
-                column.grow(len(self._index))
+                column.grow(size)
+            if size > len(self._key_groups):
+                capacity = max(size, 2 * len(self._key_groups), 1024)
+                self._key_groups = _grown(self._key_groups, capacity)
+                self._touched = _grown(self._touched, capacity)
+            if key_groups is not None:
+                self._key_groups[slots[new]] = key_groups[new]
+        self._touched[slots] = True
         return slots
+
+    def take_touched(self) -> Slots:
+        """Slots touched since the last call (and forget them)."""
+        touched = np.flatnonzero(self._touched[: len(self)]).astype(np.int64)
+        self._touched[:] = False
+        return touched
+
+    def all_slots(self) -> Slots:
+        return np.arange(len(self), dtype=np.int64)
+
+    def to_table(self, slots: Slots) -> pa.Table:
+        """Keys, key group and every state of ``slots`` as one Arrow table (the state file format)."""
+        schema = self._key_schema or pa.schema([])
+        keys = self._index.keys().take(slots) if len(slots) else self._index.keys()[:0]
+        frame = keys.to_frame(index=False) if isinstance(keys, pd.MultiIndex) else pd.DataFrame({0: keys})
+        key_columns = [
+            pa.array(frame.iloc[:, position], from_pandas=True).cast(field.type)
+            for position, field in enumerate(schema)
+        ]
+        columns = [*key_columns, pa.array(self._key_groups[slots], pa.int32())]
+        columns += [column.get(slots) for column in self.columns.values()]
+        names = [*schema.names, KEY_GROUP_FIELD, *self.columns]
+        return pa.Table.from_arrays(columns, names=names)
+
+    def upsert(self, table: pa.Table) -> None:
+        """Write rows of the state file format into this store (later rows of a key win)."""
+        if table.num_rows == 0:
+            return
+        key_names = [name for name in table.column_names if name != KEY_GROUP_FIELD and name not in self.columns]
+        key_groups = table.column(KEY_GROUP_FIELD).to_numpy().astype(np.int32)
+        slots = self.slots(table.select(key_names), key_groups)
+        for name, column in self.columns.items():
+            column.set(slots, table.column(name))
+        self._touched[slots] = False
 
 
 def _key_index(keys: pa.Table) -> pd.Index:

@@ -1,0 +1,81 @@
+"""Can a checkpoint's plan be restored by this pipeline? Pure comparison of two job graphs.
+
+The first run persists its plan next to its state; a restore reads it back and never
+re-derives what state depends on: the number of key groups, the key hash, and which
+keyed operator (by uid) owns which state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keyflow.errors import PlanError
+from keyflow.plan.graph import JobGraph, Operator
+
+KEYED_KINDS = ("aggregate", "process")
+
+
+def keyed_operators(plan: JobGraph) -> dict[int, Operator]:
+    return {op.uid: op for vertex in plan.vertices for op in vertex.operators if op.kind in KEYED_KINDS}
+
+
+def state_signature(operator: Operator) -> dict[str, Any]:
+    """What an operator's state depends on: kind, keys, and its declared state or aggregates."""
+    details = operator.details
+    return {
+        "kind": operator.kind,
+        "keys": details.get("keys"),
+        "state": details.get("state", details.get("aggregations")),
+    }
+
+
+def check_restorable(
+    saved: JobGraph,
+    current: JobGraph,
+    configured_max_parallelism: int | None,
+    ignore_unclaimed_state: bool,
+    checkpoint: str,
+) -> list[int]:
+    """Raise a PlanError with the fix if ``current`` cannot take over ``saved``'s state;
+    return the uids of saved operators whose state is dropped (only when allowed)."""
+    if saved.name != current.name:
+        raise PlanError(
+            f"checkpoint {checkpoint} belongs to pipeline {saved.name!r}, not {current.name!r}; "
+            "use another checkpoint directory for this pipeline"
+        )
+    if configured_max_parallelism is not None and configured_max_parallelism != saved.max_parallelism:
+        raise PlanError(
+            f"pipeline.max-parallelism={configured_max_parallelism} but checkpoint {checkpoint} holds state in "
+            f"{saved.max_parallelism} key groups, which cannot change; remove the setting or set it to "
+            f"{saved.max_parallelism}"
+        )
+    if saved.key_hash != current.key_hash:
+        raise PlanError(
+            f"checkpoint {checkpoint} was written with key hash {saved.key_hash!r}, this pipeline uses "
+            f"{current.key_hash!r}; keys would land in other key groups; restore with the same hash"
+        )
+    before, now = keyed_operators(saved), keyed_operators(current)
+    for uid, operator in now.items():
+        if uid not in before:
+            raise PlanError(
+                f"operator {operator.name!r} (uid {uid}) has no state in checkpoint {checkpoint}, which holds "
+                f"{_described(before)}; is this the checkpoint of another pipeline? Start with a new checkpoint "
+                "directory"
+            )
+        if state_signature(before[uid]) != state_signature(operator):
+            raise PlanError(
+                f"operator {operator.name!r} (uid {uid}) keeps {state_signature(operator)} but checkpoint "
+                f"{checkpoint} holds {state_signature(before[uid])} for it; its state cannot be restored. "
+                "Keep the keys and state declarations, or start with a new checkpoint directory"
+            )
+    unclaimed = sorted(set(before) - set(now))
+    if unclaimed and not ignore_unclaimed_state:
+        raise PlanError(
+            f"checkpoint {checkpoint} holds state of {_described({u: before[u] for u in unclaimed})} which this "
+            "pipeline does not have; to drop that state set execution.state-recovery.ignore-unclaimed-state=true"
+        )
+    return unclaimed
+
+
+def _described(operators: dict[int, Operator]) -> str:
+    return ", ".join(f"{op.name!r} (uid {uid}, {op.kind})" for uid, op in operators.items()) or "no keyed state"

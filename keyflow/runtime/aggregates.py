@@ -1,0 +1,93 @@
+"""Keyed aggregates across micro-batches: Spark aggregates each batch, state merges the partials.
+
+Only aggregates whose partial results merge exactly are accepted (count, sum, min, max,
+avg); each is recognised with Spark's own SQL parser, so any argument expression works.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
+
+from keyflow.errors import PlanError
+
+MERGEABLE = ("count", "sum", "min", "max", "avg", "mean")
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One output column: ``function(argument)``; ``expression`` is the user's text."""
+
+    name: str
+    function: str
+    expression: str
+
+    def partials(self) -> dict[str, tuple[str, str]]:
+        """Partial column → (merge rule, Spark expression evaluated on each micro-batch)."""
+        if self.function in ("avg", "mean"):
+            argument = self.expression[self.expression.index("(") + 1 : self.expression.rindex(")")]
+            return {
+                f"__{self.name}_sum": ("sum", f"sum(cast({argument} as double))"),
+                f"__{self.name}_count": ("count", f"count({argument})"),
+            }
+        return {f"__{self.name}": (self.function, self.expression)}
+
+
+def mergeable_aggregates(spark: SparkSession, operator: str, aggregations: dict[str, str]) -> list[Aggregate]:
+    """Each ``name='expression'`` as an :class:`Aggregate`, or a PlanError naming the one that
+    cannot be merged across micro-batches."""
+    parser = spark._jsparkSession.sessionState().sqlParser()  # type: ignore[union-attr]
+    parsed = []
+    for name, expression in aggregations.items():
+        tree = parser.parseExpression(expression)
+        function = ""
+        if tree.getClass().getSimpleName() == "UnresolvedFunction" and not tree.isDistinct():
+            function = str(tree.nameParts().last()).lower()
+            if function in ("avg", "mean") and tree.filter().isDefined():
+                function = ""
+        if function not in MERGEABLE:
+            raise PlanError(
+                f"operator {operator!r}: aggregate {name}={expression!r} cannot be kept as running state across "
+                f"micro-batches; a streaming aggregate supports {', '.join(MERGEABLE)} (not DISTINCT); "
+                "use process(...) with state for anything else"
+            )
+        parsed.append(Aggregate(name, function, expression.strip()))
+    return parsed
+
+
+class PartialMerge:
+    """The ``process`` function of a streaming aggregate: one row per key per micro-batch
+    (Spark's aggregate of the batch), merged into the running partials kept as state."""
+
+    def __init__(self, aggregates: list[Aggregate], key_names: tuple[str, ...]) -> None:
+        self.aggregates, self.key_names = aggregates, key_names
+
+    def __call__(self, batch: Any, state: Any) -> pa.Table:
+        columns = {name: batch.keys.column(name) for name in self.key_names}
+        for aggregate in self.aggregates:
+            merged = {}
+            for column, (rule, _) in aggregate.partials().items():
+                current, new = state[column].get(), batch.data.column(column).combine_chunks()
+                merged[column] = _merge(rule, current, new)
+                state[column].update(merged[column])
+            if aggregate.function in ("avg", "mean"):
+                total, count = merged[f"__{aggregate.name}_sum"], merged[f"__{aggregate.name}_count"]
+                average = pc.divide(total, pc.cast(count, pa.float64()))
+                columns[aggregate.name] = pc.if_else(pc.equal(count, 0), pa.scalar(None, pa.float64()), average)
+            else:
+                columns[aggregate.name] = merged[f"__{aggregate.name}"]
+        return pa.table(columns)
+
+
+def _merge(rule: str, current: pa.Array, new: pa.Array) -> pa.Array:
+    if rule == "count":
+        return pc.add(current.fill_null(0), new)
+    if rule == "sum":
+        return pc.coalesce(pc.add_checked(current, new), current, new)
+    if rule == "min":
+        return pc.min_element_wise(current, new)
+    return pc.max_element_wise(current, new)

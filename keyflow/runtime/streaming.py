@@ -1,0 +1,387 @@
+"""Streaming: the same operators, run per micro-batch by Structured Streaming's ``foreachBatch``.
+
+Each micro-batch is one checkpoint version, committed in this order::
+
+    keyed operators run (each subtask writes its state file for the version)
+    sinks write the batch under a staging directory
+    the manifest of the version is written (atomically): the commit point
+    staged sink files are moved into place; old versions are deleted
+
+A crash before the commit leaves the previous version intact: Spark replays the batch
+(same offsets), which rewrites the same files. A crash after it is finished on restart
+(the moves are repeated) and the replayed batch is skipped. So state and file sinks are
+exactly-once. Parallelism is read at every batch boundary: a rescale only changes which
+key-group ranges the next batch's subtasks restore; no state file is rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pyarrow import fs
+from pyspark.sql import DataFrame, Observation
+from pyspark.sql import functions as F
+
+from keyflow.api import nodes
+from keyflow.errors import KeyflowError, PlanError
+from keyflow.keygroups import key_group_range
+from keyflow.plan.compile import compile_plan
+from keyflow.plan.graph import JobGraph
+from keyflow.plan.restore import check_restorable, keyed_operators
+from keyflow.runtime.errors import translate
+from keyflow.runtime.executor import FrameBuilder, pipeline_session
+from keyflow.state.checkpoint import Checkpoint, CheckpointError, Manifest, StateFile, needed_files
+from keyflow.state.durable import CheckpointedState
+
+if TYPE_CHECKING:
+    from keyflow.api.pipeline import Pipeline
+
+FAULT_ENV = "KEYFLOW_FAULT"  # "<point>:<batch>": SIGKILL this process there (crash tests)
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    """One committed micro-batch."""
+
+    batch: int
+    parallelism: int
+    input_rows: int
+    output_rows: dict[str, int]
+    state_files: int
+    state_bytes_written: int
+    seconds: float
+
+
+@dataclass
+class StreamingResult:
+    """What a streaming run did until it stopped."""
+
+    plan: JobGraph
+    checkpoint: str
+    batches: list[BatchMetrics] = field(default_factory=list)
+
+    @property
+    def output_rows(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for batch in self.batches:
+            for sink, rows in batch.output_rows.items():
+                totals[sink] = totals.get(sink, 0) + rows
+        return totals
+
+
+class StreamingJob:
+    """A running streaming pipeline: ``status``, ``last_batch``, ``rescale(n)``, ``stop()``."""
+
+    def __init__(self, pipeline: Pipeline, checkpoint: str, available_now: bool) -> None:
+        self.pipeline, self.available_now = pipeline, available_now
+        self.checkpoint = Checkpoint(checkpoint)
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._requested: tuple[int, str] | None = None
+        self._nodes = _nodes_by_uid(pipeline.sinks)
+        self._prepare()
+        self.result = StreamingResult(self.plan, checkpoint)
+        self._query = self._start()
+
+    # -- public handle ---------------------------------------------------------------------
+    @property
+    def status(self) -> str:
+        if self._error is not None:
+            return "failed"
+        return "running" if self._query.isActive else "stopped"
+
+    @property
+    def parallelism(self) -> int:
+        return self.plan.default_parallelism
+
+    @property
+    def last_batch(self) -> BatchMetrics | None:
+        return self.result.batches[-1] if self.result.batches else None
+
+    def rescale(self, parallelism: int, reason: str = "manual") -> None:
+        """Run from the next micro-batch on at ``parallelism``; state is not moved or rewritten."""
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+            raise PlanError(f"rescale({parallelism!r}): parallelism must be a positive integer")
+        if parallelism > self.plan.max_parallelism:
+            raise PlanError(
+                f"rescale({parallelism}) is above the checkpoint's max parallelism {self.plan.max_parallelism} "
+                f"(its number of key groups); choose 1..{self.plan.max_parallelism}"
+            )
+        with self._lock:
+            self._requested = (parallelism, reason)
+
+    def process_all_available(self) -> None:
+        """Block until every row available now is processed and committed."""
+        self._guard(self._query.processAllAvailable)
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait for the query to end (``available_now``: when the data is processed)."""
+        return bool(self._guard(lambda: self._query.awaitTermination(timeout)))
+
+    def stop(self) -> None:
+        """Stop after the running micro-batch; what is committed stays committed."""
+        self._query.stop()
+
+    def _guard(self, action: Any) -> Any:
+        try:
+            result = action()
+        except Exception as error:
+            raise (self._error or translate(error, "in the streaming query")) from None
+        if self._error is not None:
+            raise self._error
+        return result
+
+    # -- start and restore -----------------------------------------------------------------
+    def _prepare(self) -> None:
+        sources = source_nodes(self.pipeline.sinks)
+        if len(sources) != 1 or not getattr(sources[0].source, "unbounded", False):
+            raise PlanError(
+                "a streaming run (run(checkpoint=...)) needs exactly one unbounded source, e.g. "
+                "datagen(rows_per_second=...), files(..., watch=True) or log(...); "
+                f"this pipeline has {[node.name for node in sources]}"
+            )
+        self._source = sources[0]
+        saved = self.checkpoint.read_plan()
+        config = self.pipeline.config
+        if saved is None:
+            self._check_empty()
+            self.plan = compile_plan(self.pipeline.sinks, config)
+            self.checkpoint_id = uuid.uuid4().hex
+            self.checkpoint.write_plan({"checkpoint_id": self.checkpoint_id, "plan": self.plan.to_dict()})
+            for sink in self.pipeline.sinks:
+                sink.sink.reset()
+            self.checkpoint.discard_after(None)
+            self._manifest: Manifest | None = None
+            return
+        saved_plan = JobGraph.from_dict(saved["plan"])
+        self.checkpoint_id = saved["checkpoint_id"]
+        forced = config.merged({"pipeline.max-parallelism": saved_plan.max_parallelism})
+        self.plan = _round_trip(compile_plan(self.pipeline.sinks, forced))
+        check_restorable(
+            saved_plan,
+            self.plan,
+            config["pipeline.max-parallelism"],
+            config["execution.state-recovery.ignore-unclaimed-state"],
+            self.checkpoint.uri,
+        )
+        try:
+            self._manifest = self.checkpoint.latest()
+        except CheckpointError as error:
+            raise PlanError(f"{error}; restore with that keyflow version or use a new checkpoint") from None
+        self._check_source_offsets()
+        if self._manifest is not None:
+            _publish(self._manifest)
+            if self._manifest.parallelism != self.plan.default_parallelism:
+                self._event(self._manifest.parallelism, self.plan.default_parallelism, "restart", None)
+        self.checkpoint.discard_after(self._manifest.version if self._manifest else None)
+
+    def _check_empty(self) -> None:
+        selector = fs.FileSelector(self.checkpoint.root, allow_not_found=True)
+        if self.checkpoint.fs.get_file_info(selector):
+            raise PlanError(
+                f"{self.checkpoint.uri} is not empty and has no keyflow plan.json, so it is not a keyflow "
+                "checkpoint; give an empty or new directory"
+            )
+
+    def _check_source_offsets(self) -> None:
+        """Spark must not be ahead of the state: its committed batches need a manifest each."""
+        commits = self.checkpoint.path("source/commits")
+        selector = fs.FileSelector(commits, allow_not_found=True)
+        done = [int(i.base_name) for i in self.checkpoint.fs.get_file_info(selector) if i.base_name.isdigit()]
+        committed = self._manifest.version if self._manifest else -1
+        if done and max(done) > committed:
+            raise PlanError(
+                f"checkpoint {self.checkpoint.uri}: the source has consumed batch {max(done)} but the newest "
+                f"state manifest is version {committed}; manifests were deleted. Restore the missing "
+                "manifests, or start over with a new checkpoint directory"
+            )
+
+    def _start(self) -> Any:
+        spark = pipeline_session(self.pipeline, self.plan)
+        operator = self.plan.operator(self._source.uid)
+        stream = self._guard_plan(lambda: self._source.source.read_stream(spark, operator.parallelism))
+        location = self.checkpoint.uri.rstrip("/") + "/source" if "://" in self.checkpoint.uri else None
+        writer = stream.writeStream.foreachBatch(self._run_batch).option(
+            "checkpointLocation", location or self.checkpoint.path("source")
+        )
+        if self.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(
+                processingTime=f"{self.pipeline.config['execution.checkpointing.interval']} seconds"
+            )
+        return writer.start()
+
+    def _guard_plan(self, action: Any) -> Any:
+        try:
+            return action()
+        except KeyflowError:
+            raise
+        except Exception as error:
+            raise translate(error, f"while starting {self._source.name!r}") from None
+
+    # -- one micro-batch -------------------------------------------------------------------
+    def _run_batch(self, frame: DataFrame, batch: int) -> None:
+        try:
+            self._batch(frame, batch)
+        except BaseException as error:
+            self._error = error if isinstance(error, KeyflowError) else translate(error, f"in micro-batch {batch}")
+            raise
+
+    def _batch(self, frame: DataFrame, batch: int) -> None:
+        committed = self._manifest.version if self._manifest else -1
+        if batch <= committed:
+            return  # committed before a crash; Spark replays it because its own commit was lost
+        started = time.perf_counter()
+        _fault("start", batch)
+        self._apply_rescale(batch)
+        plan = self.plan
+        spark = frame.sparkSession
+        spark.conf.set("spark.sql.shuffle.partitions", str(plan.default_parallelism))
+        self.checkpoint.discard_after(committed)
+        backends = self._backends(batch, committed)
+        observation = Observation()
+        source = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
+        builder = FrameBuilder(
+            spark, plan, self.pipeline.config["pipeline.null-keys"], self.pipeline.sinks, {self._source.uid: source},
+            backends,
+        )  # fmt: skip
+        keyed = []
+        try:
+            for uid in backends:
+                node_frame = builder.frame(self._nodes[uid]).persist()
+                keyed.append(node_frame)
+                builder.guarded(node_frame.count, self._nodes[uid])  # state is written exactly once, here
+            outputs: dict[str, int] = {}
+            moves: list[list[str]] = []
+            for sink in self.pipeline.sinks:
+                sink_frame = builder.frame(sink)
+                rows, staged = builder.guarded(lambda f=sink_frame, s=sink: s.sink.stage(f, batch), sink)
+                outputs[sink.name], moves = rows, moves + staged
+            for node, letters in builder.take_dead_letters():
+                rows, staged = builder.guarded(lambda f=letters, n=node: n.on_null.stage(f, batch), node)
+                outputs[f"dead letters of {node.name!r}"], moves = rows, moves + staged
+            _fault("after-sink-write", batch)
+            operators = {}
+            written: list[StateFile] = []
+            for uid in backends:
+                new = self.checkpoint.written_files(str(uid), batch)
+                written += new
+                previous = self._manifest.operators.get(str(uid), []) if self._manifest else []
+                operators[str(uid)] = needed_files([*previous, *new], plan.max_parallelism)
+            manifest = Manifest(batch, plan.default_parallelism, plan.max_parallelism, operators, [{"moves": moves}])
+            self.checkpoint.commit(manifest)
+            self._manifest = manifest
+            _fault("after-commit", batch)
+            _publish(manifest)
+            _fault("after-publish", batch)
+            self.checkpoint.retain(self.pipeline.config["state.checkpoints.num-retained"])
+        finally:
+            for node_frame in keyed:
+                node_frame.unpersist()
+        input_rows = int(observation.get.get("rows", 0)) if keyed or outputs else 0
+        self.result.batches.append(
+            BatchMetrics(
+                batch, plan.default_parallelism, input_rows, outputs, len(written),
+                sum(f.bytes for f in written), time.perf_counter() - started,
+            )
+        )  # fmt: skip
+
+    def _backends(self, batch: int, committed: int) -> dict[int, CheckpointedState]:
+        plan, limit = self.plan, self.pipeline.config["state.compaction.max-deltas"]
+        backends = {}
+        for uid, operator in keyed_operators(plan).items():
+            files = tuple(self._manifest.operators.get(str(uid), [])) if self._manifest else ()
+            compact = frozenset(
+                subtask
+                for subtask in range(operator.parallelism)
+                if _deltas_to_read(files, *key_group_range(plan.max_parallelism, operator.parallelism, subtask))
+                >= limit
+            )
+            backends[uid] = CheckpointedState(
+                self.checkpoint.uri, self.checkpoint_id, str(uid), committed, batch, files, compact,
+                plan.max_parallelism,
+            )  # fmt: skip
+        return backends
+
+    def _apply_rescale(self, batch: int) -> None:
+        with self._lock:
+            requested, self._requested = self._requested, None
+        if requested is None or requested[0] == self.plan.default_parallelism:
+            return
+        parallelism, reason = requested
+        before = self.plan.default_parallelism
+        config = self.pipeline.config.merged(
+            {"parallelism.default": parallelism, "pipeline.max-parallelism": self.plan.max_parallelism}
+        )
+        self.plan = _round_trip(compile_plan(self.pipeline.sinks, config))
+        self.result.plan = self.plan
+        self._event(before, parallelism, reason, batch)
+
+    def _event(self, before: int, after: int, reason: str, batch: int | None) -> None:
+        self.checkpoint.append_event(
+            {
+                "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                "event": "rescale",
+                "batch": batch,
+                "from": before,
+                "to": after,
+                "reason": reason,
+            }
+        )
+
+
+def run_streaming(pipeline: Pipeline, checkpoint: str, available_now: bool) -> StreamingResult:
+    """Run until the available data is processed (``available_now``) or until interrupted."""
+    job = StreamingJob(pipeline, checkpoint, available_now)
+    try:
+        job.await_termination()
+    except KeyboardInterrupt:
+        job.stop()
+    return job.result
+
+
+def _deltas_to_read(files: tuple[StateFile, ...], first: int, last: int) -> int:
+    return sum(1 for f in files if f.kind == "delta" and f.first <= last and f.last >= first)
+
+
+def _publish(manifest: Manifest) -> None:
+    from keyflow.connectors.files import publish
+
+    for sink in manifest.sinks:
+        publish(sink["moves"])
+
+
+def _round_trip(plan: JobGraph) -> JobGraph:
+    """The plan as it reads back from JSON, so it compares equal to a persisted one."""
+    return JobGraph.from_dict(json.loads(plan.to_json()))
+
+
+def source_nodes(sinks: list[nodes.SinkNode]) -> list[nodes.SourceNode]:
+    return [node for node in _nodes_by_uid(sinks).values() if isinstance(node, nodes.SourceNode)]
+
+
+def _nodes_by_uid(sinks: list[nodes.SinkNode]) -> dict[int, nodes.Node]:
+    found: dict[int, nodes.Node] = {}
+    pending: list[nodes.Node] = list(sinks)
+    while pending:
+        node = pending.pop()
+        if node.uid not in found:
+            found[node.uid] = node
+            pending.extend(node.inputs)
+    return dict(sorted(found.items()))
+
+
+def _fault(point: str, batch: int) -> None:
+    """Crash tests: ``KEYFLOW_FAULT=after-commit:2`` kills this process (SIGKILL, no clean-up)
+    at that point of micro-batch 2, like a lost driver."""
+    if os.environ.get(FAULT_ENV) == f"{point}:{batch}":
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,275 @@
+"""Checkpoints: keyed state in key-group-indexed files, versioned, with an atomic manifest.
+
+Layout under the checkpoint directory (any ``pyarrow.fs`` filesystem)::
+
+    plan.json                      the plan of the first run: K, key hash, operators
+    manifests/0000000007.json      one per committed version; written last, atomically
+    state/op-3/v-0000000007/delta-00000-13859.parquet
+    events.jsonl                   rescales and restores
+    source/                        Spark's own offsets for the streaming source
+
+A state file holds the keys one subtask changed in one version (``delta``) or all keys
+of its key-group range (``full``, written by compaction), sorted by nothing in
+particular: rows carry their key group, and files are listed in the manifest with their
+key-group range, so any range can be restored from files written at any parallelism.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyarrow import fs
+
+from keyflow.paths import exists, filesystem
+from keyflow.state.memory import KEY_GROUP_FIELD, KeyedStateStore
+
+FORMAT_VERSION = 1
+KEYS_METADATA = b"keyflow.keys_in_range"
+
+
+@dataclass(frozen=True)
+class StateFile:
+    """One state file as the manifest lists it (``path`` relative to the checkpoint)."""
+
+    path: str
+    kind: str  # "delta" or "full"
+    version: int
+    first: int
+    last: int
+    rows: int
+    keys_in_range: int
+    bytes: int
+
+
+@dataclass
+class Manifest:
+    """What one committed version consists of."""
+
+    version: int
+    parallelism: int
+    max_parallelism: int
+    operators: dict[str, list[StateFile]]
+    sinks: list[dict[str, Any]] = field(default_factory=list)
+    created: float = field(default_factory=time.time)
+
+    def to_json(self) -> str:
+        return json.dumps({"format_version": FORMAT_VERSION, **asdict(self)}, indent=1)
+
+    @staticmethod
+    def from_json(text: str, where: str) -> Manifest:
+        data = json.loads(text)
+        if data.pop("format_version", None) != FORMAT_VERSION:
+            raise CheckpointError(f"{where} has an unknown format; it was written by another keyflow version")
+        data["operators"] = {uid: [StateFile(**f) for f in files] for uid, files in data["operators"].items()}
+        return Manifest(**data)
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be used as it is (the runtime adds the fix)."""
+
+
+class Checkpoint:
+    """One checkpoint directory."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.fs, self.root = filesystem(uri)
+
+    def path(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
+
+    # -- small files -------------------------------------------------------------------------
+    def exists(self, relative: str) -> bool:
+        return exists(self.fs, self.path(relative))
+
+    def read_text(self, relative: str) -> str:
+        with self.fs.open_input_stream(self.path(relative)) as stream:
+            return stream.read().decode()
+
+    def write_atomically(self, relative: str, data: bytes) -> None:
+        """Write to a temporary name, then move into place: readers see all or nothing."""
+        target = self.path(relative)
+        self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        temporary = f"{target}.tmp-{uuid.uuid4().hex}"
+        with self.fs.open_output_stream(temporary) as stream:
+            stream.write(data)
+        self.fs.move(temporary, target)
+
+    # -- plan and events ---------------------------------------------------------------------
+    def read_plan(self) -> dict[str, Any] | None:
+        return json.loads(self.read_text("plan.json")) if self.exists("plan.json") else None
+
+    def write_plan(self, plan: dict[str, Any]) -> None:
+        self.write_atomically("plan.json", json.dumps(plan, indent=1).encode())
+
+    def append_event(self, event: dict[str, Any]) -> None:
+        """Events are rare (rescales, restores): rewrite the whole log atomically."""
+        lines = self.read_text("events.jsonl") if self.exists("events.jsonl") else ""
+        self.write_atomically("events.jsonl", (lines + json.dumps(event) + "\n").encode())
+
+    def events(self) -> list[dict[str, Any]]:
+        if not self.exists("events.jsonl"):
+            return []
+        return [json.loads(line) for line in self.read_text("events.jsonl").splitlines() if line.strip()]
+
+    # -- manifests ---------------------------------------------------------------------------
+    def versions(self) -> list[int]:
+        selector = fs.FileSelector(self.path("manifests"), allow_not_found=True)
+        names = [info.base_name for info in self.fs.get_file_info(selector)]
+        return sorted(int(name[:-5]) for name in names if name.endswith(".json") and name[:-5].isdigit())
+
+    def manifest(self, version: int) -> Manifest:
+        relative = f"manifests/{version:010d}.json"
+        return Manifest.from_json(self.read_text(relative), self.path(relative))
+
+    def latest(self) -> Manifest | None:
+        versions = self.versions()
+        return self.manifest(versions[-1]) if versions else None
+
+    def commit(self, manifest: Manifest) -> None:
+        self.write_atomically(f"manifests/{manifest.version:010d}.json", manifest.to_json().encode())
+
+    # -- state files -------------------------------------------------------------------------
+    def version_dir(self, uid: str, version: int) -> str:
+        return f"state/op-{uid}/v-{version:010d}"
+
+    def written_files(self, uid: str, version: int) -> list[StateFile]:
+        """The state files subtasks wrote for ``version`` (read from their footers)."""
+        relative = self.version_dir(uid, version)
+        selector = fs.FileSelector(self.path(relative), allow_not_found=True)
+        found = []
+        for info in self.fs.get_file_info(selector):
+            if not info.base_name.endswith(".parquet"):
+                continue
+            kind, first, last = info.base_name[: -len(".parquet")].split("-")
+            with self.fs.open_input_file(info.path) as handle:
+                metadata = pq.read_metadata(handle)
+            keys = int((metadata.metadata or {}).get(KEYS_METADATA, b"0"))
+            found.append(
+                StateFile(
+                    f"{relative}/{info.base_name}", kind, version, int(first), int(last),
+                    metadata.num_rows, keys, info.size or 0,
+                )
+            )  # fmt: skip
+        return sorted(found, key=lambda f: f.first)
+
+    def discard_after(self, version: int | None) -> None:
+        """Remove state written for versions after ``version`` that were never committed."""
+        for uid_dir in self.fs.get_file_info(fs.FileSelector(self.path("state"), allow_not_found=True)):
+            for version_dir in self.fs.get_file_info(fs.FileSelector(uid_dir.path, allow_not_found=True)):
+                written = int(version_dir.base_name.removeprefix("v-"))
+                if version is None or written > version:
+                    self.fs.delete_dir(version_dir.path)
+
+    def retain(self, count: int) -> list[int]:
+        """Keep the newest ``count`` versions; delete older manifests and files none of them uses."""
+        versions = self.versions()
+        dropped, kept = versions[:-count], versions[-count:]
+        if not dropped:
+            return []
+        used = {f.path for version in kept for files in self.manifest(version).operators.values() for f in files}
+        for version in dropped:
+            self.fs.delete_file(self.path(f"manifests/{version:010d}.json"))
+        oldest_kept = kept[0]
+        selector = fs.FileSelector(self.path("state"), recursive=True, allow_not_found=True)
+        for info in self.fs.get_file_info(selector):
+            relative = info.path[len(self.root) + 1 :]
+            if info.type == fs.FileType.File and relative not in used and _version_of(relative) < oldest_kept:
+                self.fs.delete_file(info.path)
+        for info in self.fs.get_file_info(selector):
+            is_version = info.type == fs.FileType.Directory and info.base_name.startswith("v-")
+            if is_version and not self.fs.get_file_info(fs.FileSelector(info.path)):
+                self.fs.delete_dir(info.path)
+        return dropped
+
+
+def _version_of(relative: str) -> int:
+    part = next(p for p in relative.split("/") if p.startswith("v-"))
+    return int(part.removeprefix("v-"))
+
+
+def state_file_name(kind: str, first: int, last: int) -> str:
+    return f"{kind}-{first:05d}-{last:05d}.parquet"
+
+
+def write_state_file(
+    checkpoint: Checkpoint, uid: str, version: int, kind: str, first: int, last: int, table: pa.Table, keys: int
+) -> None:
+    """One subtask's state for one version; atomic, and a retried task overwrites its own file."""
+    table = table.replace_schema_metadata({KEYS_METADATA: str(keys).encode()})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="lz4", row_group_size=256 * 1024)
+    name = state_file_name(kind, first, last)
+    checkpoint.write_atomically(f"{checkpoint.version_dir(uid, version)}/{name}", sink.getvalue().to_pybytes())
+
+
+def base_versions(files: Iterable[StateFile], max_parallelism: int) -> np.ndarray:
+    """Per key group, the version of the newest full file covering it (-1: none)."""
+    base = np.full(max_parallelism, -1, dtype=np.int64)
+    for f in files:
+        if f.kind == "full":
+            np.maximum(base[f.first : f.last + 1], f.version, out=base[f.first : f.last + 1])
+    return base
+
+
+def needed_files(files: Iterable[StateFile], max_parallelism: int) -> list[StateFile]:
+    """The files a restore of any key group still reads: each key group's newest full file
+    and the deltas after it. Everything else is superseded."""
+    files = list(files)
+    base = base_versions(files, max_parallelism)
+    keep = []
+    for f in files:
+        covered = base[f.first : f.last + 1]
+        if (f.kind == "full" and (covered == f.version).any()) or (f.kind == "delta" and (covered < f.version).any()):
+            keep.append(f)
+    return sorted(keep, key=lambda f: (f.version, f.first))
+
+
+def restore(
+    checkpoint: Checkpoint,
+    files: list[StateFile],
+    first: int,
+    last: int,
+    store: KeyedStateStore,
+    max_parallelism: int,
+    after_version: int = -1,
+) -> None:
+    """Load key groups ``first..last`` into ``store``: the newest full file of each key group
+    and the deltas after it, oldest first (later rows of a key win). With ``after_version``,
+    only changes newer than it (catching up a store that already holds that version)."""
+    base = base_versions(files, max_parallelism)
+    for f in sorted(files, key=lambda f: (f.version, f.kind != "full")):
+        if f.last < first or f.first > last or f.version <= after_version:
+            continue
+        table = _read_range(checkpoint, f, first, last)
+        key_groups = table.column(KEY_GROUP_FIELD).to_numpy()
+        current = base[key_groups]
+        keep = (f.version > current) | ((f.version == current) & (f.kind == "full"))
+        if not keep.all():
+            table = table.filter(pa.array(keep))
+        store.upsert(table)
+    store.take_touched()
+
+
+def can_catch_up(files: list[StateFile], first: int, last: int, max_parallelism: int, held_version: int) -> bool:
+    """Whether a store holding ``held_version`` of the range can be brought up to date with
+    deltas alone (no full file of the range is newer than what it holds)."""
+    return bool(base_versions(files, max_parallelism)[first : last + 1].max(initial=-1) <= held_version)
+
+
+def _read_range(checkpoint: Checkpoint, f: StateFile, first: int, last: int) -> pa.Table:
+    with checkpoint.fs.open_input_file(checkpoint.path(f.path)) as handle:
+        table = pq.read_table(handle)
+    if first <= f.first and f.last <= last:
+        return table
+    key_groups = table.column(KEY_GROUP_FIELD)
+    return table.filter(pc.and_(pc.greater_equal(key_groups, first), pc.less_equal(key_groups, last)))

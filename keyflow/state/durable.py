@@ -1,0 +1,137 @@
+"""Where a keyed subtask gets its state from and puts it back: memory (batch) or a checkpoint.
+
+Both backends are pickled into Spark's Python workers. The checkpoint backend keeps each
+worker's state in a process-wide cache between micro-batches (Spark reuses Python
+workers), tagged with the version it holds; a task takes what the cache has for its
+key-group range, catches it up from delta files or restores gaps from the checkpoint, and
+so a steady micro-batch reads only the changes, never the whole state.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from keyflow.api.state import StateDescriptor
+from keyflow.state.checkpoint import Checkpoint, StateFile, can_catch_up, restore, write_state_file
+from keyflow.state.memory import KEY_GROUP_FIELD, KeyedStateStore
+
+
+class MemoryState:
+    """Batch runs: state lives for one task."""
+
+    def open(self, descriptors: dict[str, StateDescriptor], subtask: int, first: int, last: int) -> KeyedStateStore:
+        return KeyedStateStore(descriptors)
+
+    def close(self, store: KeyedStateStore, subtask: int, first: int, last: int) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class CheckpointedState:
+    """One keyed operator in one micro-batch: restore from ``base_version``, write ``version``."""
+
+    checkpoint_uri: str
+    checkpoint_id: str
+    uid: str
+    base_version: int  # -1: no state yet
+    version: int
+    files: tuple[StateFile, ...]
+    compact: frozenset[int]  # subtasks that write a full file of their range this time
+    max_parallelism: int
+
+    def open(self, descriptors: dict[str, StateDescriptor], subtask: int, first: int, last: int) -> KeyedStateStore:
+        cached = _CACHE.take((self.checkpoint_id, self.uid), first, last)
+        checkpoint = Checkpoint(self.checkpoint_uri)
+        files = list(self.files)
+        store = KeyedStateStore(descriptors)
+        covered = np.zeros(last - first + 1, dtype=bool)
+        for entry in cached:
+            lo, hi = max(entry.first, first), min(entry.last, last)
+            usable = entry.version <= self.base_version and can_catch_up(
+                files, lo, hi, self.max_parallelism, entry.version
+            )
+            if not usable:
+                continue
+            if entry.version < self.base_version:
+                restore(checkpoint, files, lo, hi, entry.store, self.max_parallelism, after_version=entry.version)
+            if entry.first == first and entry.last == last:
+                store = entry.store
+            else:
+                store.upsert(_in_range(entry.store, lo, hi))
+            covered[lo - first : hi - first + 1] = True
+        for lo, hi in _gaps(covered, first):
+            restore(checkpoint, files, lo, hi, store, self.max_parallelism)
+        store.take_touched()
+        return store
+
+    def close(self, store: KeyedStateStore, subtask: int, first: int, last: int) -> None:
+        touched = store.take_touched()
+        if subtask in self.compact:
+            table, kind = _live_rows(store.to_table(store.all_slots()), store), "full"
+        else:
+            table, kind = store.to_table(touched), "delta"
+        checkpoint = Checkpoint(self.checkpoint_uri)
+        write_state_file(checkpoint, self.uid, self.version, kind, first, last, table, len(store))
+        _CACHE.put((self.checkpoint_id, self.uid), _Entry(first, last, self.version, store))
+
+
+def _in_range(store: KeyedStateStore, first: int, last: int) -> pa.Table:
+    table = store.to_table(store.all_slots())
+    key_groups = table.column(KEY_GROUP_FIELD).to_numpy()
+    return table.filter(pa.array((key_groups >= first) & (key_groups <= last)))
+
+
+def _live_rows(table: pa.Table, store: KeyedStateStore) -> pa.Table:
+    """Rows with at least one state set (a cleared key is not kept by compaction)."""
+    live = np.zeros(table.num_rows, dtype=bool)
+    for name in store.columns:
+        live |= ~np.asarray(table.column(name).is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return table if live.all() else table.filter(pa.array(live))
+
+
+def _gaps(covered: np.ndarray, first: int) -> list[tuple[int, int]]:
+    """Contiguous ranges of key groups not yet covered."""
+    edges = np.diff(np.concatenate(([0], (~covered).astype(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    return [(first + int(a), first + int(b)) for a, b in zip(starts, ends, strict=True)]
+
+
+@dataclass
+class _Entry:
+    first: int
+    last: int
+    version: int
+    store: KeyedStateStore
+
+
+class _StateCache:
+    """Per Python worker: the newest state this worker built for each key-group range.
+
+    Entries of one operator never overlap (a newer entry evicts those it overlaps), so a
+    worker holds at most one copy of any key group; at most ``operators`` operators are kept.
+    """
+
+    def __init__(self, operators: int = 16) -> None:
+        self._entries: OrderedDict[tuple[str, str], list[_Entry]] = OrderedDict()
+        self._operators = operators
+
+    def take(self, operator: tuple[str, str], first: int, last: int) -> list[_Entry]:
+        """Entries overlapping ``first..last`` (removed: the caller owns them now)."""
+        entries = self._entries.get(operator, [])
+        taken = [e for e in entries if e.first <= last and e.last >= first]
+        self._entries[operator] = [e for e in entries if e not in taken]
+        return taken
+
+    def put(self, operator: tuple[str, str], entry: _Entry) -> None:
+        kept = [e for e in self._entries.get(operator, []) if e.last < entry.first or e.first > entry.last]
+        self._entries[operator] = [*kept, entry]
+        self._entries.move_to_end(operator)
+        while len(self._entries) > self._operators:
+            self._entries.popitem(last=False)
+
+
+_CACHE = _StateCache()
