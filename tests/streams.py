@@ -1,0 +1,65 @@
+"""Helpers for streaming tests: a log of events written with pandas, and expected answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from keyflow import Log, ValueState
+from keyflow.api.keyed import KeyedBatch, KeyedState
+from tests.pipelines import TEST_SPARK
+
+EVENTS = pa.schema([("user", pa.string()), ("amount", pa.int64()), ("seq", pa.int64())])
+
+
+def events(rows: int, users: int, start: int, seed: int) -> pd.DataFrame:
+    """Events with a global sequence number ``seq`` (so expected answers know the order)."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "user": [f"u{n}" for n in rng.integers(0, users, rows)],
+            "amount": rng.integers(-50, 100, rows),
+            "seq": np.arange(start, start + rows, dtype=np.int64),
+        }
+    )
+
+
+def append(log_path: Path, frame: pd.DataFrame, splits: int = 3) -> None:
+    try:
+        log = Log(log_path)
+    except Exception:
+        log = Log.create(log_path, splits, EVENTS)
+    log.append(pa.Table.from_pandas(frame, schema=EVENTS, preserve_index=False), key="user")
+
+
+def running_total(batch: KeyedBatch, state: KeyedState) -> pa.Table:
+    """Per user: the running total after each event (events ordered by seq)."""
+    total = state["total"]
+    running = batch.running_sum(batch.data.column("amount"), total.get())
+    total.update(batch.last_per_key(running))
+    return pa.table({"user": batch.data.column("user"), "seq": batch.data.column("seq"), "total": running})
+
+
+TOTAL_STATE = {"total": ValueState("int64")}
+TOTAL_SCHEMA = "user string, seq long, total long"
+
+
+def config(parallelism: int, **extra: object) -> dict[str, object]:
+    return {**TEST_SPARK, "parallelism.default": parallelism, "execution.checkpointing.interval": "0 s", **extra}
+
+
+def expected_totals(all_events: pd.DataFrame) -> pd.DataFrame:
+    ordered = all_events.sort_values("seq")
+    return ordered.assign(total=ordered.groupby("user")["amount"].cumsum())[["user", "seq", "total"]]
+
+
+def read_output(path: Path) -> pd.DataFrame:
+    """All committed output files of a sink (staging is skipped: it starts with '_')."""
+    files = sorted(p for p in path.glob("part-*") if p.is_file())
+    if not files:
+        return pd.DataFrame()
+    return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)

@@ -1,0 +1,96 @@
+"""Streaming pipelines on a real local Spark: durable keyed state, restarts and rescaling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from keyflow import Pipeline, log, parquet
+from keyflow.state.checkpoint import Checkpoint
+from tests.streams import (
+    TOTAL_SCHEMA,
+    TOTAL_STATE,
+    append,
+    config,
+    events,
+    expected_totals,
+    read_output,
+    running_total,
+)
+
+
+def totals_pipeline(tmp: Path, parallelism: int, **extra: object) -> Pipeline:
+    pipeline = Pipeline(config=config(parallelism, **extra))
+    stream = pipeline.source(log(str(tmp / "log"), rows_per_batch=700))
+    stream.key_by("user").process(
+        running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq", name="running_total"
+    ).sink(parquet(tmp / "out"))
+    return pipeline
+
+
+def assert_totals(tmp: Path, all_events: pd.DataFrame) -> None:
+    got = read_output(tmp / "out").sort_values("seq").reset_index(drop=True)
+    expected = expected_totals(all_events).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+
+
+def test_restart_at_another_parallelism_continues_the_state(spark, tmp_path: Path) -> None:
+    first = events(2_000, 150, start=0, seed=1)
+    append(tmp_path / "log", first)
+    result = totals_pipeline(tmp_path, 2).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert len(result.batches) >= 2  # rows_per_batch splits the backlog into several micro-batches
+    assert_totals(tmp_path, first)
+
+    second = events(1_500, 150, start=2_000, seed=2)
+    append(tmp_path / "log", second)
+    totals_pipeline(tmp_path, 3).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert_totals(tmp_path, pd.concat([first, second]))
+
+    events_log = Checkpoint(str(tmp_path / "ckpt")).events()
+    assert [(e["from"], e["to"], e["reason"]) for e in events_log] == [(2, 3, "restart")]
+
+
+def test_live_rescale_keeps_state_and_rewrites_no_state_file(spark, tmp_path: Path) -> None:
+    batches = [events(1_000, 120, start=i * 1_000, seed=10 + i) for i in range(3)]
+    append(tmp_path / "log", batches[0])
+    pipeline = totals_pipeline(tmp_path, 2, **{"state.checkpoints.num-retained": 100})
+    checkpoint = Checkpoint(str(tmp_path / "ckpt"))
+    job = pipeline.start(checkpoint=str(tmp_path / "ckpt"))
+    try:
+        job.process_all_available()
+        before = _state_files(tmp_path / "ckpt")
+        job.rescale(4, reason="test")
+        append(tmp_path / "log", batches[1])
+        job.process_all_available()
+        assert job.last_batch is not None and job.last_batch.parallelism == 4
+        job.rescale(1, reason="test")
+        append(tmp_path / "log", batches[2])
+        job.process_all_available()
+        assert job.status == "running"
+    finally:
+        job.stop()
+    after = _state_files(tmp_path / "ckpt")
+    assert {path: after[path] for path in before} == before  # every file of before the rescale, unchanged
+    parallelisms = [checkpoint.manifest(v).parallelism for v in checkpoint.versions()]
+    assert parallelisms[0] == 2 and 4 in parallelisms and parallelisms[-1] == 1
+    assert [(e["from"], e["to"]) for e in checkpoint.events()] == [(2, 4), (4, 1)]
+    assert_totals(tmp_path, pd.concat(batches))
+
+
+def _state_files(checkpoint: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(checkpoint)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in (checkpoint / "state").rglob("*.parquet")
+    }
+
+
+def test_rescale_above_max_parallelism_is_refused(spark, tmp_path: Path) -> None:
+    append(tmp_path / "log", events(100, 10, start=0, seed=3))
+    job = totals_pipeline(tmp_path, 2, **{"pipeline.max-parallelism": 8}).start(checkpoint=str(tmp_path / "ckpt"))
+    try:
+        with pytest.raises(Exception, match=r"rescale\(9\) is above the checkpoint's max parallelism 8"):
+            job.rescale(9)
+    finally:
+        job.stop()
