@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from keyflow.plan.graph import JobGraph
     from keyflow.runtime.executor import RunResult
-    from keyflow.runtime.streaming import StreamingJob, StreamingResult
+    from keyflow.runtime.streaming import BatchMetrics, StreamingJob, StreamingResult
 
 NodeT = TypeVar("NodeT", bound=nodes.Node)
 
@@ -76,25 +76,34 @@ class Pipeline:
             raise PlanError("the pipeline has no sink; end a stream with .sink(parquet('out/...')) or use .to_arrow()")
         return compile_plan(self.sinks, self.config)
 
-    def run(self, checkpoint: str | None = None, available_now: bool = False) -> RunResult | StreamingResult:
+    def run(
+        self,
+        checkpoint: str | None = None,
+        available_now: bool = False,
+        on_batch: Callable[[BatchMetrics], None] | None = None,
+    ) -> RunResult | StreamingResult:
         """Run every sink. Bounded sources: one batch job. An unbounded source: a streaming
         job with exactly-once state and sinks in ``checkpoint`` (or ``state.checkpoints.dir``)
-        that runs until interrupted, or with ``available_now`` until the data there now is done."""
+        that runs until interrupted, or with ``available_now`` until the data there now is done;
+        ``on_batch`` is called with each committed micro-batch's metrics."""
         checkpoint = checkpoint or self.config["state.checkpoints.dir"]
-        if checkpoint is None and not self._unbounded():
+        if checkpoint is None and not self.is_streaming():
             from keyflow.runtime.executor import run_pipeline
 
             return run_pipeline(self, self.plan())
         from keyflow.runtime.streaming import run_streaming
 
-        return run_streaming(self, self._checkpoint(checkpoint), available_now)
+        return run_streaming(self, self._checkpoint(checkpoint), available_now, on_batch)
 
-    def start(self, checkpoint: str | None = None) -> StreamingJob:
+    def start(
+        self, checkpoint: str | None = None, on_batch: Callable[[BatchMetrics], None] | None = None
+    ) -> StreamingJob:
         """Start a streaming run and return its handle (status, last batch, rescale, stop)."""
         from keyflow.runtime.streaming import StreamingJob
 
         self.plan()
-        return StreamingJob(self, self._checkpoint(checkpoint or self.config["state.checkpoints.dir"]), False)
+        checkpoint = self._checkpoint(checkpoint or self.config["state.checkpoints.dir"])
+        return StreamingJob(self, checkpoint, False, on_batch)
 
     def _checkpoint(self, checkpoint: str | None) -> str:
         if not self.sinks:
@@ -108,7 +117,8 @@ class Pipeline:
             raise PlanError(f"checkpoint={checkpoint!r} is not a directory path or URI")
         return str(checkpoint)
 
-    def _unbounded(self) -> bool:
+    def is_streaming(self) -> bool:
+        """Whether the pipeline reads an unbounded source (so it runs as a stream)."""
         from keyflow.runtime.streaming import source_nodes
 
         return any(getattr(node.source, "unbounded", False) for node in source_nodes(self.sinks))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from keyflow.cli.checkpoints import checkpoints
 from keyflow.cli.keygroups import keygroups
+from keyflow.cli.log import log_app
 from keyflow.cli.pipelines import plan, run
 
 app = typer.Typer(
@@ -17,6 +19,8 @@ app = typer.Typer(
 app.command(name="keygroups")(keygroups)
 app.command(name="plan")(plan)
 app.command(name="run")(run)
+app.command(name="checkpoints")(checkpoints)
+app.add_typer(log_app, name="log")
 
 
 def main() -> None:

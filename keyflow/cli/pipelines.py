@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -12,6 +13,7 @@ from rich.table import Table
 from keyflow.cli.errors import user_errors
 from keyflow.cli.pipeline_file import load_pipeline
 from keyflow.config import load_yaml, parse_conf_pairs
+from keyflow.runtime.streaming import BatchMetrics, StreamingResult
 
 ConfOption = Annotated[
     list[str] | None, typer.Option("--conf", "-c", help="Configuration key=value (repeatable); wins over the file.")
@@ -46,15 +48,31 @@ def run(
     config: ConfigFileOption = None,
     parallelism: Annotated[int | None, typer.Option("--parallelism", "-p", help="parallelism.default")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    checkpoint: Annotated[
+        str | None, typer.Option("--checkpoint", help="Checkpoint directory or URI of a streaming run.")
+    ] = None,
+    available_now: Annotated[
+        bool, typer.Option("--available-now", help="Streaming: process the data there now, then stop.")
+    ] = False,
 ) -> None:
-    """Run a pipeline file: print its plan, run it on Spark, summarise what was written."""
+    """Run a pipeline file: print its plan, run it on Spark, summarise what was written.
+
+    A pipeline with an unbounded source runs as a stream with exactly-once state in
+    ``--checkpoint`` until interrupted (Ctrl-C stops after the running micro-batch)."""
     console = Console(highlight=False)
     with user_errors():
         pipeline = load_pipeline(file, _overrides(conf, config, parallelism))
         job = pipeline.plan()
         if not as_json:
             typer.echo(job.render())
-        result = pipeline.run()
+        if checkpoint is not None or pipeline.is_streaming():
+            on_batch = None if as_json else _print_batch(console)
+            result = pipeline.run(checkpoint=checkpoint, available_now=available_now, on_batch=on_batch)
+        else:
+            result = pipeline.run()
+    if isinstance(result, StreamingResult):
+        _streaming_summary(console, result, as_json)
+        return
     if as_json:
         sinks = [vars(sink) for sink in result.sinks]
         typer.echo(json.dumps({"plan": job.to_dict(), "sinks": sinks, "seconds": result.seconds}))
@@ -64,3 +82,26 @@ def run(
         rows = "-" if sink.rows is None else f"{sink.rows:,}"
         table.add_row(sink.target, rows, f"{sink.seconds:.1f}")
     console.print(table)
+
+
+def _print_batch(console: Console) -> Callable[[BatchMetrics], None]:
+    def show(batch: BatchMetrics) -> None:
+        written = ", ".join(f"{rows:,} to {sink}" for sink, rows in batch.output_rows.items())
+        console.print(
+            f"batch {batch.batch}: parallelism {batch.parallelism}, {batch.input_rows:,} rows in, {written}; "
+            f"state {batch.state_bytes_written:,} bytes in {batch.state_files} files; {batch.seconds:.1f} s"
+        )
+
+    return show
+
+
+def _streaming_summary(console: Console, result: StreamingResult, as_json: bool) -> None:
+    if as_json:
+        batches = [vars(batch) for batch in result.batches]
+        typer.echo(json.dumps({"plan": result.plan.to_dict(), "checkpoint": result.checkpoint, "batches": batches}))
+        return
+    table = Table("written to", "rows", title=f"{result.plan.name}: {len(result.batches)} micro-batches committed")
+    for sink, rows in result.output_rows.items():
+        table.add_row(sink, f"{rows:,}")
+    console.print(table)
+    console.print(f"checkpoint: {result.checkpoint}  (inspect with: keyflow checkpoints {result.checkpoint})")

@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -80,8 +81,14 @@ class StreamingResult:
 class StreamingJob:
     """A running streaming pipeline: ``status``, ``last_batch``, ``rescale(n)``, ``stop()``."""
 
-    def __init__(self, pipeline: Pipeline, checkpoint: str, available_now: bool) -> None:
-        self.pipeline, self.available_now = pipeline, available_now
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        checkpoint: str,
+        available_now: bool,
+        on_batch: Callable[[BatchMetrics], None] | None = None,
+    ) -> None:
+        self.pipeline, self.available_now, self._on_batch = pipeline, available_now, on_batch
         self.checkpoint = Checkpoint(checkpoint)
         self._lock = threading.Lock()
         self._error: BaseException | None = None
@@ -288,12 +295,13 @@ class StreamingJob:
             for node_frame in keyed:
                 node_frame.unpersist()
         input_rows = int(observation.get.get("rows", 0)) if keyed or outputs else 0
-        self.result.batches.append(
-            BatchMetrics(
-                batch, plan.default_parallelism, input_rows, outputs, len(written),
-                sum(f.bytes for f in written), time.perf_counter() - started,
-            )
+        metrics = BatchMetrics(
+            batch, plan.default_parallelism, input_rows, outputs, len(written),
+            sum(f.bytes for f in written), time.perf_counter() - started,
         )  # fmt: skip
+        self.result.batches.append(metrics)
+        if self._on_batch is not None:
+            self._on_batch(metrics)
 
     def _backends(self, batch: int, committed: int) -> dict[int, CheckpointedState]:
         plan, limit = self.plan, self.pipeline.config["state.compaction.max-deltas"]
@@ -339,9 +347,14 @@ class StreamingJob:
         )
 
 
-def run_streaming(pipeline: Pipeline, checkpoint: str, available_now: bool) -> StreamingResult:
+def run_streaming(
+    pipeline: Pipeline,
+    checkpoint: str,
+    available_now: bool,
+    on_batch: Callable[[BatchMetrics], None] | None = None,
+) -> StreamingResult:
     """Run until the available data is processed (``available_now``) or until interrupted."""
-    job = StreamingJob(pipeline, checkpoint, available_now)
+    job = StreamingJob(pipeline, checkpoint, available_now, on_batch)
     try:
         job.await_termination()
     except KeyboardInterrupt:

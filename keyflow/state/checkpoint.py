@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs
 
+from keyflow.errors import KeyflowError
 from keyflow.paths import exists, filesystem
 from keyflow.state.memory import KEY_GROUP_FIELD, KeyedStateStore
 
@@ -73,7 +74,7 @@ class Manifest:
         return Manifest(**data)
 
 
-class CheckpointError(Exception):
+class CheckpointError(KeyflowError):
     """A checkpoint that cannot be used as it is (the runtime adds the fix)."""
 
 

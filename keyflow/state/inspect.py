@@ -1,0 +1,47 @@
+"""What a checkpoint holds, for people: versions, operators, parallelism history, state size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keyflow.state.checkpoint import Checkpoint, CheckpointError
+
+
+def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
+    """A JSON-ready summary of ``checkpoint`` (raises CheckpointError if it is not one)."""
+    saved = checkpoint.read_plan()
+    if saved is None:
+        raise CheckpointError(f"{checkpoint.uri} is not a keyflow checkpoint (no plan.json); give the directory "
+                              "passed to run(checkpoint=...) or --checkpoint")  # fmt: skip
+    plan = saved["plan"]
+    operators = {str(op["uid"]): op for vertex in plan["vertices"] for op in vertex["operators"] if op["kind"] in KEYED}
+    manifests = [checkpoint.manifest(version) for version in checkpoint.versions()]
+    latest = manifests[-1] if manifests else None
+    state = []
+    for uid, operator in operators.items():
+        files = latest.operators.get(uid, []) if latest else []
+        newest = [f for f in files if latest and f.version == latest.version]
+        state.append(
+            {
+                "uid": int(uid),
+                "name": operator["name"],
+                "kind": operator["kind"],
+                "keys": operator["details"].get("keys"),
+                "state_files": len(files),
+                "state_bytes": sum(f.bytes for f in files),
+                "keys_stored": sum(f.keys_in_range for f in newest),
+                "full_files": sum(1 for f in files if f.kind == "full"),
+            }
+        )
+    return {
+        "checkpoint": checkpoint.uri,
+        "pipeline": plan["name"],
+        "max_parallelism": plan["max_parallelism"],
+        "key_hash": plan["key_hash"],
+        "versions": [{"version": m.version, "parallelism": m.parallelism, "created": m.created} for m in manifests],
+        "operators": state,
+        "events": checkpoint.events(),
+    }
+
+
+KEYED = ("aggregate", "process")
