@@ -1,0 +1,44 @@
+"""Exactly-once under real crashes: the driver is killed with SIGKILL inside a micro-batch,
+restarted, and the output must equal that of a run that never crashed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from keyflow.runtime.streaming import FAULT_ENV
+from tests.streams import append, events, expected_totals, read_output
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_job(tmp: Path, parallelism: int, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KEYFLOW_TEST_DIR": str(tmp), "PYTHONPATH": str(ROOT)}
+    env.pop(FAULT_ENV, None)
+    if fault:
+        env[FAULT_ENV] = fault
+    command = [sys.executable, "-m", "keyflow", "run", "tests/jobs/running_totals.py", "-p", str(parallelism)]
+    command += ["--checkpoint", str(tmp / "ckpt"), "--available-now"]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(
+    "fault",
+    ["start:1", "after-sink-write:1", "after-commit:2", "after-publish:1"],
+)
+def test_killed_driver_restarts_to_the_same_output(tmp_path: Path, fault: str) -> None:
+    data = events(3_000, 200, start=0, seed=5)  # 700 rows per batch: batches 0..4
+    append(tmp_path / "log", data)
+    crashed = run_job(tmp_path, 2, fault)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    resumed = run_job(tmp_path, 3)  # and restarted at another parallelism
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    got = read_output(tmp_path / "out").sort_values("seq").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected_totals(data).reset_index(drop=True), check_dtype=False)
+    assert not list((tmp_path / "out" / "_keyflow_staging").rglob("part-*"))  # nothing left half-published
