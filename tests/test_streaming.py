@@ -64,7 +64,8 @@ def test_live_rescale_keeps_state_and_rewrites_no_state_file(spark, tmp_path: Pa
         job.rescale(4, reason="test")
         append(tmp_path / "log", batches[1])
         job.process_all_available()
-        assert job.last_batch is not None and job.last_batch.parallelism == 4
+        assert job.last_batch is not None
+        assert job.last_batch.parallelism == 4
         job.rescale(1, reason="test")
         append(tmp_path / "log", batches[2])
         job.process_all_available()
@@ -74,7 +75,9 @@ def test_live_rescale_keeps_state_and_rewrites_no_state_file(spark, tmp_path: Pa
     after = _state_files(tmp_path / "ckpt")
     assert {path: after[path] for path in before} == before  # every file of before the rescale, unchanged
     parallelisms = [checkpoint.manifest(v).parallelism for v in checkpoint.versions()]
-    assert parallelisms[0] == 2 and 4 in parallelisms and parallelisms[-1] == 1
+    assert parallelisms[0] == 2
+    assert 4 in parallelisms
+    assert parallelisms[-1] == 1
     assert [(e["from"], e["to"]) for e in checkpoint.events()] == [(2, 4), (4, 1)]
     assert_totals(tmp_path, pd.concat(batches))
 

@@ -1,0 +1,140 @@
+"""The checkpoint state backend without Spark: files, manifests, restore of any key-group range.
+
+A plain-Python dict model of "what each key holds after each version" is the expected answer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from keyflow import ValueState
+from keyflow.keygroups import assign_to_key_groups, key_group_range
+from keyflow.state.checkpoint import Checkpoint, Manifest, needed_files, restore
+from keyflow.state.durable import CheckpointedState
+from keyflow.state.memory import KeyedStateStore, KeyIndex
+
+K = 64
+STATE = {"total": ValueState("int64")}
+
+
+def write_version(checkpoint: Checkpoint, version: int, parallelism: int, updates: dict[str, int | None],
+                  previous: Manifest | None, compact: frozenset[int] = frozenset()) -> Manifest:  # fmt: skip
+    """What the runtime does for one micro-batch: every subtask opens its range, applies the
+    updates of its keys, closes (writing a delta or full file); then the manifest commits."""
+    files = tuple(previous.operators["1"]) if previous else ()
+    base = previous.version if previous else -1
+    backend = CheckpointedState(checkpoint.uri, checkpoint.root, "1", base, version, files, compact, K)
+    keys = np.array(list(updates), dtype=object)
+    groups = assign_to_key_groups(pa.array(keys, pa.string()), K) if len(keys) else np.zeros(0, np.int32)
+    for subtask in range(parallelism):
+        first, last = key_group_range(K, parallelism, subtask)
+        store = backend.open(STATE, subtask, first, last)
+        mine = (groups >= first) & (groups <= last)
+        if mine.any():
+            slots = store.slots(pa.table({"user": pa.array(keys[mine], pa.string())}), groups[mine].astype(np.int32))
+            store.columns["total"].set(slots, pa.array([updates[k] for k in keys[mine]], pa.int64()))
+        backend.close(store, subtask, first, last)
+    new = checkpoint.written_files("1", version)
+    manifest = Manifest(version, parallelism, K, {"1": needed_files([*files, *new], K)})
+    checkpoint.commit(manifest)
+    return manifest
+
+
+def restored(checkpoint: Checkpoint, manifest: Manifest, first: int, last: int) -> dict[str, int]:
+    store = KeyedStateStore(STATE)
+    restore(checkpoint, manifest.operators["1"], first, last, store, K)
+    table = store.to_table(store.all_slots())
+    if table.num_rows == 0:
+        return {}  # a store that never saw a key has no key columns yet
+    return {u: t for u, t in zip(table.column("user").to_pylist(), table.column("total").to_pylist(), strict=True)
+            if t is not None}  # fmt: skip
+
+
+def in_range(model: dict[str, int | None], first: int, last: int) -> dict[str, int]:
+    keys = list(model)
+    groups = assign_to_key_groups(pa.array(keys, pa.string()), K)
+    return {k: model[k] for k, g in zip(keys, groups, strict=True) if first <= g <= last and model[k] is not None}
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(1, 6),  # parallelism of the version
+            st.dictionaries(st.sampled_from([f"u{i}" for i in range(40)]), st.none() | st.integers(-5, 5), max_size=15),
+            st.booleans(),  # compact every subtask this time
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    restore_parallelism=st.integers(1, 7),
+)
+def test_any_range_restores_to_the_model(tmp_path_factory, steps, restore_parallelism) -> None:
+    checkpoint = Checkpoint(str(tmp_path_factory.mktemp("ckpt")))
+    model: dict[str, int | None] = {}
+    manifest = None
+    for version, (parallelism, updates, compact) in enumerate(steps):
+        compacting = frozenset(range(parallelism)) if compact else frozenset()
+        manifest = write_version(checkpoint, version, parallelism, updates, manifest, compacting)
+        model.update(updates)
+    for subtask in range(restore_parallelism):
+        first, last = key_group_range(K, restore_parallelism, subtask)
+        assert restored(checkpoint, manifest, first, last) == in_range(model, first, last)
+
+
+def test_compaction_drops_superseded_files_and_cleared_keys(tmp_path: Path) -> None:
+    checkpoint = Checkpoint(str(tmp_path))
+    manifest = write_version(checkpoint, 0, 2, {"a": 1, "b": 2}, None)
+    manifest = write_version(checkpoint, 1, 2, {"a": None}, manifest)  # clear a
+    assert [f.kind for f in manifest.operators["1"]] == ["delta"] * 4
+    manifest = write_version(checkpoint, 2, 2, {"c": 3}, manifest, frozenset({0, 1}))
+    assert {f.kind for f in manifest.operators["1"]} == {"full"}  # older deltas no longer needed
+    assert restored(checkpoint, manifest, 0, K - 1) == {"b": 2, "c": 3}  # a stays cleared
+
+
+def test_retention_keeps_the_newest_versions_and_their_files(tmp_path: Path) -> None:
+    checkpoint = Checkpoint(str(tmp_path))
+    manifest = None
+    for version in range(5):
+        manifest = write_version(checkpoint, version, 2, {f"u{version}": version}, manifest,
+                                 frozenset({0, 1}) if version == 3 else frozenset())  # fmt: skip
+    dropped = checkpoint.retain(2)
+    assert dropped == [0, 1, 2]
+    assert checkpoint.versions() == [3, 4]
+    on_disk = {str(p.relative_to(tmp_path)) for p in (tmp_path / "state").rglob("*.parquet")}
+    used = {f.path for v in (3, 4) for f in checkpoint.manifest(v).operators["1"]}
+    assert on_disk == used
+    assert restored(checkpoint, checkpoint.manifest(4), 0, K - 1) == {f"u{v}": v for v in range(5)}
+
+
+def test_uncommitted_versions_are_discarded(tmp_path: Path) -> None:
+    checkpoint = Checkpoint(str(tmp_path))
+    manifest = write_version(checkpoint, 0, 2, {"a": 1}, None)
+    (tmp_path / "manifests" / "0000000001.json.tmp-abc").write_text("half a manifest")  # a crash mid-write
+    write_version(checkpoint, 1, 2, {"a": 5}, manifest)
+    (tmp_path / "manifests" / "0000000001.json").unlink()  # version 1 never committed
+    assert checkpoint.versions() == [0]
+    checkpoint.discard_after(0)
+    assert not (tmp_path / "state" / "op-1" / "v-0000000001").exists()
+    assert restored(checkpoint, checkpoint.latest(), 0, K - 1) == {"a": 1}
+
+
+@settings(max_examples=30, deadline=None)
+@given(batches=st.lists(st.lists(st.integers(0, 300), max_size=80), max_size=12))
+def test_key_index_matches_a_dict(batches) -> None:
+    import pandas as pd
+
+    index, model = KeyIndex(), {}
+    for batch in batches:
+        keys = pd.Index(list(dict.fromkeys(batch)), dtype="int64")
+        slots = index.lookup(keys)
+        assert slots.tolist() == [model.get(k, -1) for k in keys]
+        new = slots < 0
+        for key, slot in zip(keys[new], index.add(keys[new]), strict=True):
+            model[key] = int(slot)
+    assert index.keys().tolist() == sorted(model, key=model.get)

@@ -1,0 +1,117 @@
+"""Every bad streaming input gets an error naming the thing, the value and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from keyflow import Pipeline, PlanError, datagen, files, log, parquet, random_int
+from tests.streams import TOTAL_SCHEMA, TOTAL_STATE, append, config, events, running_total
+
+
+def totals(tmp: Path, name: str = "keyflow", **extra: object) -> Pipeline:
+    pipeline = Pipeline(config=config(2, **{"pipeline.name": name, **extra}))
+    pipeline.source(log(str(tmp / "log"))).key_by("user").process(
+        running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq"
+    ).sink(parquet(tmp / "out"))
+    return pipeline
+
+
+@pytest.fixture
+def checkpointed(spark, tmp_path: Path) -> Path:
+    """A log and a checkpoint with one committed run of ``totals``."""
+    append(tmp_path / "log", events(300, 20, start=0, seed=1))
+    totals(tmp_path, **{"pipeline.max-parallelism": 64}).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    return tmp_path
+
+
+def test_other_max_parallelism_is_refused(checkpointed: Path) -> None:
+    pipeline = totals(checkpointed, **{"pipeline.max-parallelism": 128})
+    with pytest.raises(PlanError, match=r"pipeline.max-parallelism=128 .* holds state in 64 key groups.* set it to 64"):
+        pipeline.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
+
+
+def test_unset_max_parallelism_is_read_from_the_checkpoint(checkpointed: Path) -> None:
+    append(checkpointed / "log", events(100, 20, start=300, seed=2))
+    result = totals(checkpointed).run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
+    assert result.plan.max_parallelism == 64  # not re-derived by the default policy (27720)
+
+
+def test_checkpoint_of_another_pipeline_is_refused(checkpointed: Path) -> None:
+    with pytest.raises(PlanError, match=r"belongs to pipeline 'keyflow', not 'other'; use another checkpoint"):
+        totals(checkpointed, "other").run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
+
+
+def test_missing_and_unknown_operators(checkpointed: Path) -> None:
+    changed = Pipeline(config=config(2))
+    changed.source(log(str(checkpointed / "log"))).select("user", "amount").key_by("user").aggregate(
+        total="sum(amount)"
+    ).sink(parquet(checkpointed / "out2"))
+    with pytest.raises(PlanError, match=r"has no state in checkpoint .* another pipeline\? Start with a new"):
+        changed.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
+
+    stateless = Pipeline(config=config(2, **{"pipeline.max-parallelism": 64}))
+    stateless.source(log(str(checkpointed / "log"))).sink(parquet(checkpointed / "out3"))
+    with pytest.raises(PlanError, match=r"holds state of 'running_total' \(uid 2, process\).*ignore-unclaimed-state"):
+        stateless.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
+    dropping = Pipeline(config=config(2, **{"execution.state-recovery.ignore-unclaimed-state": "true"}))
+    dropping.source(log(str(checkpointed / "log"))).sink(parquet(checkpointed / "out3"))
+    dropping.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)  # allowed: the state is dropped
+
+
+def test_changed_state_declaration_is_refused(checkpointed: Path) -> None:
+    from keyflow import ValueState
+
+    pipeline = Pipeline(config=config(2))
+    pipeline.source(log(str(checkpointed / "log"))).key_by("user").process(
+        running_total, TOTAL_SCHEMA, state={"total": ValueState("float64")}, order_by="seq"
+    ).sink(parquet(checkpointed / "out"))
+    with pytest.raises(PlanError, match=r"'total': 'double'.*its state cannot be restored"):
+        pipeline.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
+
+
+def test_deleted_manifests_are_detected(checkpointed: Path) -> None:
+    for manifest in (checkpointed / "ckpt" / "manifests").glob("*.json"):
+        manifest.unlink()
+    with pytest.raises(PlanError, match=r"source has consumed batch \d+ but the newest state manifest is version -1"):
+        totals(checkpointed).run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
+
+
+def test_non_checkpoint_directory_and_missing_checkpoint(spark, tmp_path: Path) -> None:
+    append(tmp_path / "log", events(10, 2, start=0, seed=1))
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(PlanError, match=r"busy is not empty and has no keyflow plan.json"):
+        totals(tmp_path).run(checkpoint=str(tmp_path / "busy"), available_now=True)
+    with pytest.raises(PlanError, match=r"unbounded source, so it needs a checkpoint directory"):
+        totals(tmp_path).run()
+
+
+def test_streaming_needs_one_unbounded_source(spark, tmp_path: Path) -> None:
+    pipeline = Pipeline(config=config(2))
+    pipeline.source(datagen(rows=10, fields={"k": random_int(1, 3)})).sink(parquet(tmp_path / "out"))
+    with pytest.raises(PlanError, match=r"needs exactly one unbounded source"):
+        pipeline.run(checkpoint=str(tmp_path / "ckpt"))
+
+
+def test_aggregate_that_cannot_be_merged_is_refused(spark, tmp_path: Path) -> None:
+    pipeline = Pipeline(config=config(2))
+    source = datagen(rows=100, rows_per_second=1e6, fields={"k": random_int(1, 3), "v": random_int(1, 9)})
+    pipeline.source(source).key_by("k").aggregate(n="count(distinct v)").sink(parquet(tmp_path / "out"))
+    with pytest.raises(PlanError, match=r"n='count\(distinct v\)' cannot be kept as running state.*use process"):
+        pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+
+def test_bad_source_options(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match=r"is not a keyflow log; create it with `keyflow log append"):
+        log(str(tmp_path / "nolog"))
+    with pytest.raises(PlanError, match=r"rows_per_second=-1 is invalid"):
+        datagen(rows_per_second=-1, fields={"k": random_int(1, 3)})
+    with pytest.raises(PlanError, match=r"datagen needs rows=N \(bounded\) or rows_per_second=R"):
+        datagen(fields={"k": random_int(1, 3)})
+    (tmp_path / "empty").mkdir()
+    pipeline = Pipeline(config=config(1))
+    pipeline.source(files(tmp_path / "empty", watch=True)).sink(parquet(tmp_path / "out"))
+    with pytest.raises(Exception, match=r"watched directory .*empty has no files to take the schema from"):
+        pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
