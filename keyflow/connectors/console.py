@@ -28,8 +28,15 @@ class ConsoleSink:
         return None
 
     def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:
-        """Print the micro-batch's first rows (a console cannot take output back)."""
-        return self.write(frame, f"{self.title or 'batch'} {batch}"), []
+        """Print the micro-batch's first rows (a console cannot take output back). The whole
+        batch is computed, as every streaming sink must: keyed operators write state at the end."""
+        cached = frame.persist()
+        try:
+            rows = cached.count()
+            self.write(cached, f"{self.title or 'batch'} {batch}: {rows:,} rows")
+        finally:
+            cached.unpersist()
+        return rows, []
 
 
 def console(rows: int = 20, title: str | None = None) -> ConsoleSink:

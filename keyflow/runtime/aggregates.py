@@ -39,7 +39,17 @@ class Aggregate:
 
 def mergeable_aggregates(spark: SparkSession, operator: str, aggregations: dict[str, str]) -> list[Aggregate]:
     """Each ``name='expression'`` as an :class:`Aggregate`, or a PlanError naming the one that
-    cannot be merged across micro-batches."""
+    cannot be merged across micro-batches (parsed once per operator, not per micro-batch)."""
+    key = (operator, tuple(aggregations.items()))
+    if key not in _PARSED:
+        _PARSED[key] = _parse(spark, operator, aggregations)
+    return list(_PARSED[key])
+
+
+_PARSED: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Aggregate, ...]] = {}
+
+
+def _parse(spark: SparkSession, operator: str, aggregations: dict[str, str]) -> tuple[Aggregate, ...]:
     parser = spark._jsparkSession.sessionState().sqlParser()  # type: ignore[union-attr]
     parsed = []
     for name, expression in aggregations.items():
@@ -56,7 +66,7 @@ def mergeable_aggregates(spark: SparkSession, operator: str, aggregations: dict[
                 "use process(...) with state for anything else"
             )
         parsed.append(Aggregate(name, function, expression.strip()))
-    return parsed
+    return tuple(parsed)
 
 
 class PartialMerge:

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from keyflow.api import nodes
-from keyflow.errors import KeyflowError, PlanError
+from keyflow.errors import KeyflowError, PipelineError, PlanError
 from keyflow.keygroups import key_group_range
 from keyflow.plan.compile import compile_plan
 from keyflow.plan.graph import JobGraph
@@ -261,12 +261,9 @@ class StreamingJob:
             spark, plan, self.pipeline.config["pipeline.null-keys"], self.pipeline.sinks, {self._source.uid: source},
             backends,
         )  # fmt: skip
-        keyed = []
         try:
-            for uid in backends:
-                node_frame = builder.frame(self._nodes[uid]).persist()
-                keyed.append(node_frame)
-                builder.guarded(node_frame.count, self._nodes[uid])  # state is written exactly once, here
+            # Every sink consumes its input in full, so each keyed subtask runs to its end and
+            # writes its state file once (operators read by several sinks are persisted).
             outputs: dict[str, int] = {}
             moves: list[list[str]] = []
             for sink in self.pipeline.sinks:
@@ -281,6 +278,12 @@ class StreamingJob:
             written: list[StateFile] = []
             for uid in backends:
                 new = self.checkpoint.written_files(str(uid), batch)
+                expected = plan.operator(uid).parallelism
+                if len(new) != expected:
+                    raise PipelineError(
+                        f"operator {self._nodes[uid].name!r} wrote state for {len(new)} of its {expected} subtasks "
+                        f"in micro-batch {batch}; the batch is not committed (please report this)"
+                    )
                 written += new
                 previous = self._manifest.operators.get(str(uid), []) if self._manifest else []
                 operators[str(uid)] = needed_files([*previous, *new], plan.max_parallelism)
@@ -292,9 +295,8 @@ class StreamingJob:
             _fault("after-publish", batch)
             self.checkpoint.retain(self.pipeline.config["state.checkpoints.num-retained"])
         finally:
-            for node_frame in keyed:
-                node_frame.unpersist()
-        input_rows = int(observation.get.get("rows", 0)) if keyed or outputs else 0
+            builder.release()
+        input_rows = int(observation.get.get("rows", 0))
         metrics = BatchMetrics(
             batch, plan.default_parallelism, input_rows, outputs, len(written),
             sum(f.bytes for f in written), time.perf_counter() - started,
