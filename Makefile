@@ -15,6 +15,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench.keygroups
 	$(VENV)/bin/python -m bench.batch_keyed
+	$(VENV)/bin/python -m bench.streaming_state
 
 $(STAMP): requirements.lock pyproject.toml scripts/bootstrap.sh
 	scripts/bootstrap.sh

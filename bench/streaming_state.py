@@ -14,6 +14,9 @@ Input: Parquet files written once with NumPy (``--files`` x ``--rows-per-file`` 
 3. Rescale cost: a live keyflow rescale 2→4 and 4→2; the first batch after it vs the median
    steady batch (target ≤ 2x) and the bytes of existing state files rewritten (target 0).
    Structured Streaming cannot change the number of state partitions of a query: no peer.
+4. Cost of a larger K: the same stream (1M keys) with K=128 and K=27720 key groups: median
+   batch time and state bytes per batch (state files are per key-group range, so K should
+   not matter).
 
 Both sides end in a sink that discards rows (keyflow ``blackhole``, Spark ``noop``) and run
 at the same parallelism (Spark's ``spark.sql.shuffle.partitions``). Run
@@ -60,7 +63,9 @@ def uniform_batches(count: int, rows: int, keys: int, seed: int) -> list[np.ndar
     return [rng.integers(0, keys, rows) for _ in range(count)]
 
 
-def keyflow_run(data: Path, work: Path, parallelism: int, rescale: list[int] | None = None) -> list[BatchMetrics]:
+def keyflow_run(
+    data: Path, work: Path, parallelism: int, rescale: list[int] | None = None, max_parallelism: int = 27720
+) -> list[BatchMetrics]:
     """All batches through a keyflow streaming aggregate; ``rescale[i]`` is the parallelism from batch i."""
     pipeline = Pipeline(
         parallelism=parallelism,
@@ -68,7 +73,7 @@ def keyflow_run(data: Path, work: Path, parallelism: int, rescale: list[int] | N
             "spark.master": f"local[{parallelism}]",
             "pipeline.progress": "off",
             "execution.checkpointing.interval": "0 s",
-            "pipeline.max-parallelism": 27720,
+            "pipeline.max-parallelism": max_parallelism,
         },
     )
     source = files(data, schema="k long, v double", watch=True, maxFilesPerTrigger="1")
@@ -193,6 +198,21 @@ def rescale_cost(work: Path, args: argparse.Namespace) -> None:
          float(rewritten_bytes(checkpoint)), None, None)  # fmt: skip
 
 
+def k_cost(work: Path, args: argparse.Namespace) -> None:
+    """The same stream with few and many key groups: state bytes and steady batch time."""
+    data = work / "k-cost"
+    write_batches(data, uniform_batches(6, args.rows_per_file // 2, 1_000_000, seed=5), seed=5)
+    figures = {}
+    for max_parallelism in (128, 27720):
+        progress(f"cost of K: keyflow with {max_parallelism} key groups")
+        metrics = keyflow_run(data, work / f"kf-k-{max_parallelism}", args.parallelism, max_parallelism=max_parallelism)
+        figures[max_parallelism] = (statistics.median(m.seconds for m in metrics[1:]), metrics[-1].state_bytes_written)
+    emit("streaming_state", "median batch time, K=27720 vs K=128 (1M keys of state)", "s",
+         figures[27720][0], "keyflow with K=128", figures[128][0])  # fmt: skip
+    emit("streaming_state", "state bytes written per batch, K=27720 vs K=128", "bytes",
+         float(figures[27720][1]), "keyflow with K=128", float(figures[128][1]))  # fmt: skip
+
+
 def rewritten_bytes(checkpoint: Path) -> int:
     """State files are written once, under the version that wrote them: a file modified after
     its version's manifest was committed would be a rewrite."""
@@ -214,7 +234,7 @@ def main() -> None:
     parser.add_argument("--large-state", type=int, default=10_000_000)
     parser.add_argument("--scaling-batches", type=int, default=6)
     parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--only", choices=["throughput", "scaling", "rescale"])
+    parser.add_argument("--only", choices=["throughput", "scaling", "rescale", "k-cost"])
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="keyflow-bench-"))
     try:
@@ -227,6 +247,8 @@ def main() -> None:
             scaling(work, args)
         if args.only in (None, "rescale"):
             rescale_cost(work, args)
+        if args.only in (None, "k-cost"):
+            k_cost(work, args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

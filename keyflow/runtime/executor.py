@@ -132,6 +132,11 @@ class FrameBuilder:
         self._frames[node.uid] = frame
         return frame
 
+    def key_types(self, uid: int) -> dict[str, str]:
+        """The Spark types of a built keyed operator's key columns."""
+        node, upstream = self._keyed[uid]
+        return {key: upstream.schema[key].dataType.simpleString() for key in node.keys}
+
     def take_dead_letters(self) -> list[tuple[nodes.KeyedNode, DataFrame]]:
         """Rows with null keys, per operator with a dead-letter sink, not yet written."""
         taken, self._dead_letters = self._dead_letters, []

@@ -93,6 +93,7 @@ class StreamingJob:
         self._lock = threading.Lock()
         self._error: BaseException | None = None
         self._requested: tuple[int, str] | None = None
+        self._key_types_checked = False
         self._nodes = _nodes_by_uid(pipeline.sinks)
         self._prepare()
         self.result = StreamingResult(self.plan, checkpoint)
@@ -262,6 +263,10 @@ class StreamingJob:
             backends,
         )  # fmt: skip
         try:
+            if not self._key_types_checked:
+                self._check_key_types(
+                    {uid: builder.key_types(uid) for uid in backends if builder.frame(self._nodes[uid])}
+                )
             # Every sink consumes its input in full, so each keyed subtask runs to its end and
             # writes its state file once (operators read by several sinks are persisted).
             outputs: dict[str, int] = {}
@@ -304,6 +309,24 @@ class StreamingJob:
         self.result.batches.append(metrics)
         if self._on_batch is not None:
             self._on_batch(metrics)
+
+    def _check_key_types(self, current: dict[int, dict[str, str]]) -> None:
+        """Key types are part of the state's identity (they decide the hash): the first
+        micro-batch records them in plan.json, every restore must match them."""
+        saved = self.checkpoint.read_plan() or {}
+        recorded = saved.get("key_types")
+        now = {str(uid): types for uid, types in current.items()}
+        if recorded is None:
+            self.checkpoint.write_plan({**saved, "key_types": now})
+        else:
+            for uid, types in now.items():
+                if uid in recorded and recorded[uid] != types:
+                    raise PlanError(
+                        f"operator {self._nodes[int(uid)].name!r}: key columns are now {types} but checkpoint "
+                        f"{self.checkpoint.uri} holds state keyed by {recorded[uid]}; the same keys would hash to "
+                        "other key groups. Cast the keys back to those types, or start a new checkpoint"
+                    )
+        self._key_types_checked = True
 
     def _backends(self, batch: int, committed: int) -> dict[int, CheckpointedState]:
         plan, limit = self.plan, self.pipeline.config["state.compaction.max-deltas"]

@@ -1,0 +1,124 @@
+"""Unbounded sources on a real local Spark, and what a failed micro-batch leaves behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from keyflow import KeyflowError, Log, Pipeline, PlanError, datagen, files, log, parquet, random_float, random_int
+from tests.streams import EVENTS, TOTAL_SCHEMA, TOTAL_STATE, append, config, events, expected_totals, read_output
+
+
+def latest_per_key(output: pd.DataFrame, key: str) -> pd.DataFrame:
+    """A streaming aggregate's answer: each key's last update (files are read in batch order)."""
+    return output.groupby(key).last().sort_index()
+
+
+def test_unbounded_datagen_gives_the_rows_of_bounded_datagen(spark, tmp_path: Path) -> None:
+    fields = {"k": random_int(1, 300), "v": random_float(0, 10)}
+    stream = Pipeline(config=config(2))
+    stream.source(datagen(rows=3_000, rows_per_second=1e9, rows_per_batch=1_000, fields=fields, seed=4)).key_by(
+        "k"
+    ).aggregate(n="count(*)", total="sum(v)", low="min(v)", mean="avg(v)").sink(parquet(tmp_path / "out"))
+    result = stream.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert [b.input_rows for b in result.batches] == [1_000, 1_000, 1_000]
+
+    rows = Pipeline(config=config(2)).source(datagen(rows=3_000, fields=fields, seed=4)).to_pandas()
+    expected = rows.groupby("k").agg(n=("v", "size"), total=("v", "sum"), low=("v", "min"), mean=("v", "mean"))
+    got = latest_per_key(read_output(tmp_path / "out"), "k")
+    pd.testing.assert_frame_equal(got[["n", "total", "low", "mean"]], expected, check_dtype=False)
+
+
+def test_watched_directory_reads_new_files_once(spark, tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    frames = [pd.DataFrame({"user": rng.choice(["a", "b", "c", "d"], 500), "n": rng.integers(0, 9, 500)})]
+    frames.append(pd.DataFrame({"user": rng.choice(["a", "e"], 300), "n": rng.integers(0, 9, 300)}))
+    frames.append(pd.DataFrame({"user": rng.choice(["b", "f"], 200), "n": rng.integers(0, 9, 200)}))
+
+    def run() -> None:
+        p = Pipeline(config=config(2))
+        source = files(incoming, schema="user string, n long", watch=True, maxFilesPerTrigger="1")
+        p.source(source).key_by("user").aggregate(count="count(*)", total="sum(n)").sink(parquet(tmp_path / "out"))
+        p.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+    for number, frame in enumerate(frames[:2]):
+        frame.to_parquet(incoming / f"f{number}.parquet", index=False)
+    run()
+    frames[2].to_parquet(incoming / "f2.parquet", index=False)
+    run()  # only the new file is read
+
+    everything = pd.concat(frames)
+    expected = everything.groupby("user").agg(count=("n", "size"), total=("n", "sum"))
+    got = latest_per_key(read_output(tmp_path / "out"), "user")
+    pd.testing.assert_frame_equal(got[["count", "total"]], expected, check_dtype=False)
+
+
+def test_log_keeps_each_key_in_one_split_and_reads_ranges(tmp_path: Path) -> None:
+    data = events(1_000, 50, start=0, seed=9)
+    append(tmp_path / "log", data, splits=4)
+    target = Log(tmp_path / "log")
+    assert sum(target.end_offsets()) == 1_000
+    splits_of_user: dict[str, set[int]] = {}
+    for split, end in enumerate(target.end_offsets()):
+        table = pa.Table.from_batches(list(target.read(split, 0, end)), schema=EVENTS)
+        for user in set(table.column("user").to_pylist()):
+            splits_of_user.setdefault(user, set()).add(split)
+    assert all(len(splits) == 1 for splits in splits_of_user.values())
+    middle = pa.Table.from_batches(list(target.read(0, 10, 20)), schema=EVENTS)
+    whole = pa.Table.from_batches(list(target.read(0, 0, target.end_offsets()[0])), schema=EVENTS)
+    assert middle.equals(whole.slice(10, 10))
+    with pytest.raises(PlanError, match=r"records have columns \['user'\]; the log's schema is"):
+        target.append(pa.table({"user": ["x"]}))
+    with pytest.raises(PlanError, match=r"a log needs splits >= 1, got 0"):
+        Log.create(tmp_path / "other", 0, EVENTS)
+
+
+def test_failed_micro_batch_loses_nothing(spark, tmp_path: Path) -> None:
+    """A process function that raises fails the batch with a clear error; after the fix the
+    same checkpoint replays that batch and the output is complete and exact."""
+    data = events(1_200, 40, start=0, seed=12)
+    append(tmp_path / "log", data)
+
+    def failing(batch, state):
+        if (batch.data.column("seq").to_numpy() >= 900).any():
+            raise ValueError("bad record")
+        from tests.streams import running_total
+
+        return running_total(batch, state)
+
+    def pipeline(function) -> Pipeline:
+        p = Pipeline(config=config(2))
+        p.source(log(str(tmp_path / "log"), rows_per_batch=300)).key_by("user").process(
+            function, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq", name="totals"
+        ).sink(parquet(tmp_path / "out"))
+        return p
+
+    with pytest.raises(KeyflowError, match=r"process 'totals' raised ValueError: bad record"):
+        pipeline(failing).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    from tests.streams import running_total
+
+    pipeline(running_total).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    got = read_output(tmp_path / "out").sort_values("seq").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected_totals(data).reset_index(drop=True), check_dtype=False)
+
+
+def test_changed_key_type_is_refused(spark, tmp_path: Path) -> None:
+    append(tmp_path / "log", events(200, 10, start=0, seed=2))
+
+    def pipeline(key_expression: str) -> Pipeline:
+        p = Pipeline(config=config(2))
+        p.source(log(str(tmp_path / "log"))).with_columns(k=key_expression).key_by("k").aggregate(n="count(*)").sink(
+            parquet(tmp_path / "out")
+        )
+        return p
+
+    pipeline("user").run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    append(tmp_path / "log", events(10, 10, start=200, seed=3))
+    with pytest.raises(PlanError, match=r"key columns are now \{'k': 'binary'\} but .* keyed by \{'k': 'string'\}"):
+        pipeline("cast(user as binary)").run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
