@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from keyflow import ValueState
 from keyflow.keygroups import assign_to_key_groups, key_group_range
-from keyflow.state.checkpoint import Checkpoint, Manifest, needed_files, restore
+from keyflow.state.checkpoint import Checkpoint, Manifest, delta_depth, needed_files, restore, write_state_file
 from keyflow.state.durable import CheckpointedState
 from keyflow.state.memory import KeyedStateStore, KeyIndex
 
@@ -23,12 +23,13 @@ STATE = {"total": ValueState("int64")}
 
 
 def write_version(checkpoint: Checkpoint, version: int, parallelism: int, updates: dict[str, int | None],
-                  previous: Manifest | None, compact: frozenset[int] = frozenset()) -> Manifest:  # fmt: skip
+                  previous: Manifest | None, compact: frozenset[int] = frozenset(), run: str = "run",
+                  commit: bool = True) -> Manifest:  # fmt: skip
     """What the runtime does for one micro-batch: every subtask opens its range, applies the
     updates of its keys, closes (writing a delta or full file); then the manifest commits."""
     files = tuple(previous.operators["1"]) if previous else ()
     base = previous.version if previous else -1
-    backend = CheckpointedState(checkpoint.uri, checkpoint.root, "1", base, version, files, compact, K)
+    backend = CheckpointedState(checkpoint.uri, checkpoint.root, run, "1", base, version, files, compact, K)
     keys = np.array(list(updates), dtype=object)
     groups = assign_to_key_groups(pa.array(keys, pa.string()), K) if len(keys) else np.zeros(0, np.int32)
     for subtask in range(parallelism):
@@ -41,7 +42,8 @@ def write_version(checkpoint: Checkpoint, version: int, parallelism: int, update
         backend.close(store, subtask, first, last)
     new = checkpoint.written_files("1", version)
     manifest = Manifest(version, parallelism, K, {"1": needed_files([*files, *new], K)})
-    checkpoint.commit(manifest)
+    if commit:
+        checkpoint.commit(manifest)
     return manifest
 
 
@@ -124,6 +126,47 @@ def test_uncommitted_versions_are_discarded(tmp_path: Path) -> None:
     assert restored(checkpoint, checkpoint.latest(), 0, K - 1) == {"a": 1}
 
 
+def test_state_cached_by_an_uncommitted_attempt_is_not_reused(tmp_path: Path) -> None:
+    """Run A writes version 1 but never commits it; run B commits its own version 1 (on
+    another worker); run B's next batch on A's worker must not use A's cached version 1."""
+    checkpoint = Checkpoint(str(tmp_path))
+    committed = write_version(checkpoint, 0, 1, {"a": 1}, None, run="A")
+    write_version(checkpoint, 1, 1, {"a": 100}, committed, run="A", commit=False)
+    checkpoint.discard_after(0)
+    first, last = key_group_range(K, 1, 0)
+    store = KeyedStateStore(STATE)  # run B's version 1, built elsewhere: only its file reaches this process
+    restore(checkpoint, committed.operators["1"], first, last, store, K)
+    slots = store.slots(pa.table({"user": ["a"]}), assign_to_key_groups(pa.array(["a"]), K).astype(np.int32))
+    store.columns["total"].set(slots, pa.array([2], pa.int64()))
+    write_state_file(checkpoint, "1", 1, "delta", first, last, store.to_table(slots), 1)
+    files = needed_files([*committed.operators["1"], *checkpoint.written_files("1", 1)], K)
+    checkpoint.commit(Manifest(1, 1, K, {"1": files}))
+    backend = CheckpointedState(checkpoint.uri, checkpoint.root, "B", "1", 1, 2, tuple(files), frozenset(), K)
+    reopened = backend.open(STATE, 0, first, last)
+    assert reopened.columns["total"].get(reopened.slots(pa.table({"user": ["a"]}))).to_pylist() == [2]
+
+
+def test_compaction_depth_counts_deltas_per_key_group(tmp_path: Path) -> None:
+    """Three versions at parallelism 8 are three deltas deep for every key group, not 24."""
+    checkpoint = Checkpoint(str(tmp_path))
+    manifest = None
+    for version in range(3):
+        manifest = write_version(checkpoint, version, 8, {f"u{version}": version}, manifest)
+    depth = delta_depth(manifest.operators["1"], K)
+    assert depth.max() == 3
+    assert depth.min() == 3
+
+
+def test_cleared_keys_are_not_counted_and_compaction_drops_them(tmp_path: Path) -> None:
+    checkpoint = Checkpoint(str(tmp_path))
+    manifest = write_version(checkpoint, 0, 1, {f"u{i}": i for i in range(100)}, None)
+    manifest = write_version(checkpoint, 1, 1, {f"u{i}": None for i in range(100)}, manifest)
+    manifest = write_version(checkpoint, 2, 1, {"z": 7}, manifest, frozenset({0}))
+    (full,) = manifest.operators["1"]
+    assert (full.kind, full.rows, full.keys_in_range) == ("full", 1, 1)
+    assert restored(checkpoint, manifest, 0, K - 1) == {"z": 7}
+
+
 @settings(max_examples=30, deadline=None)
 @given(batches=st.lists(st.lists(st.integers(0, 300), max_size=80), max_size=12))
 def test_key_index_matches_a_dict(batches) -> None:
@@ -137,4 +180,4 @@ def test_key_index_matches_a_dict(batches) -> None:
         new = slots < 0
         for key, slot in zip(keys[new], index.add(keys[new]), strict=True):
             model[key] = int(slot)
-    assert index.keys().tolist() == sorted(model, key=model.get)
+    assert index.take(np.arange(index.size)).tolist() == sorted(model, key=model.get)

@@ -115,3 +115,85 @@ def test_bad_source_options(tmp_path: Path) -> None:
     pipeline.source(files(tmp_path / "empty", watch=True)).sink(parquet(tmp_path / "out"))
     with pytest.raises(Exception, match=r"watched directory .*empty has no files to take the schema from"):
         pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+
+def test_state_named_like_a_key_is_refused(tmp_path: Path) -> None:
+    from keyflow import ValueState
+
+    p = Pipeline(config=config(1))
+    keyed = p.source(datagen(rows=10, fields={"user": random_int(1, 3)})).key_by("user")
+    with pytest.raises(PlanError, match=r"state 'user' has the name of a key column"):
+        keyed.process(running_total, TOTAL_SCHEMA, state={"user": ValueState("int64")})
+    with pytest.raises(PlanError, match=r"state '__x' .* starts with '__'"):
+        keyed.process(running_total, TOTAL_SCHEMA, state={"__x": ValueState("int64")})
+
+
+def test_lost_source_checkpoint_is_detected(checkpointed: Path) -> None:
+    import shutil
+
+    shutil.rmtree(checkpointed / "ckpt" / "source")
+    append(checkpointed / "log", events(50, 20, start=300, seed=7))
+    with pytest.raises(PlanError, match=r"state is at micro-batch \d+ but Spark.s source checkpoint .* deleted"):
+        totals(checkpointed).run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
+
+
+def test_inferred_source_schema_is_fixed_by_the_first_run(spark, tmp_path: Path) -> None:
+    import pandas as pd
+
+    incoming = tmp_path / "in"
+    incoming.mkdir()
+    pd.DataFrame({"k": ["a"], "n": [1]}).to_json(incoming / "a.json", orient="records", lines=True)
+
+    def run() -> None:
+        p = Pipeline(config=config(1))
+        p.source(files(incoming, format="json", watch=True)).sink(parquet(tmp_path / "out"))
+        p.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+    run()
+    pd.DataFrame({"k": ["b"], "n": [1.5]}).to_json(incoming / "b.json", orient="records", lines=True)
+    with pytest.raises(PlanError, match=r"now reads struct<k:string,n:double> but .* started with .*n:bigint"):
+        run()
+
+
+def test_restart_removes_output_the_checkpoint_does_not_have(checkpointed: Path) -> None:
+    stray = checkpointed / "out" / "part-b0000000099-00000.snappy.parquet"
+    stray.write_bytes((checkpointed / "out").glob("part-b0000000000-*").__next__().read_bytes())
+    append(checkpointed / "log", events(20, 20, start=300, seed=8))
+    totals(checkpointed).run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
+    assert not stray.exists()
+
+
+def test_rescale_events_are_logged_when_a_batch_commits(checkpointed: Path) -> None:
+    from keyflow.state.checkpoint import Checkpoint
+
+    checkpoint = Checkpoint(str(checkpointed / "ckpt"))
+    pipeline = totals(checkpointed, **{"parallelism.default": 3})
+    pipeline.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)  # no new data: nothing committed
+    assert checkpoint.events() == []
+    append(checkpointed / "log", events(20, 20, start=300, seed=9))
+    totals(checkpointed, **{"parallelism.default": 3}).run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
+    (event,) = checkpoint.events()
+    assert (event["from"], event["to"], event["reason"], event["batch"]) == (2, 3, "restart", checkpoint.versions()[-1])
+
+
+def test_stop_during_a_batch_is_not_a_failure(spark, tmp_path: Path) -> None:
+    import time
+
+    append(tmp_path / "log", events(200, 10, start=0, seed=1))
+
+    def slow(batch, state):
+        time.sleep(4)
+        return running_total(batch, state)
+
+    p = Pipeline(config=config(1))
+    p.source(log(str(tmp_path / "log"))).key_by("user").process(
+        slow, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq"
+    ).sink(parquet(tmp_path / "out"))
+    job = p.start(checkpoint=str(tmp_path / "ckpt"))
+    deadline = time.time() + 60
+    while not list((tmp_path / "ckpt" / "source" / "offsets").glob("0")) and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.5)  # the batch is running now
+    job.stop()
+    job.await_termination()
+    assert job.status == "stopped"

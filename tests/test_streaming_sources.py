@@ -122,3 +122,108 @@ def test_changed_key_type_is_refused(spark, tmp_path: Path) -> None:
     append(tmp_path / "log", events(10, 10, start=200, seed=3))
     with pytest.raises(PlanError, match=r"key columns are now \{'k': 'binary'\} but .* keyed by \{'k': 'string'\}"):
         pipeline("cast(user as binary)").run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+
+def test_batches_that_leave_a_keyed_operator_without_rows_commit(spark, tmp_path: Path) -> None:
+    """Spark skips the tasks of an empty stage; their state is unchanged and the stream goes on."""
+    quiet = events(300, 10, start=0, seed=1)
+    append(tmp_path / "log", quiet)
+
+    def run() -> None:
+        p = Pipeline(config=config(2))
+        p.source(log(str(tmp_path / "log"))).filter("amount > 95").key_by("user").aggregate(big="count(*)").sink(
+            parquet(tmp_path / "out")
+        )
+        p.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+    loud = events(300, 10, start=300, seed=2).assign(amount=99)
+    run()
+    append(tmp_path / "log", pd.DataFrame({"user": ["u1"], "amount": [0], "seq": [600]}))
+    run()  # a batch in which the filter keeps nothing
+    append(tmp_path / "log", loud)
+    run()
+    everything = pd.concat([quiet, loud])
+    expected = everything[everything.amount > 95].groupby("user").agg(big=("amount", "size"))
+    got = latest_per_key(read_output(tmp_path / "out"), "user")
+    pd.testing.assert_frame_equal(got[["big"]], expected, check_dtype=False)
+
+
+def test_min_max_follow_spark_for_nan_timestamps_and_booleans(spark, tmp_path: Path) -> None:
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    rng = np.random.default_rng(3)
+    parts = []
+    for number in range(3):
+        rows = 60
+        part = pd.DataFrame(
+            {
+                "k": rng.choice(["a", "b", "c"], rows),
+                "x": np.where(rng.random(rows) < 0.05, np.nan, rng.normal(size=rows)),
+                "ts": pd.Timestamp("2026-11-01", tz="UTC") + pd.to_timedelta(rng.integers(0, 10**6, rows), unit="s"),
+                "flag": rng.random(rows) < 0.5,
+            }
+        )
+        part.to_parquet(incoming / f"p{number}.parquet", index=False, coerce_timestamps="us")
+        parts.append(part)
+    aggregates = {"hi": "max(x)", "lo": "min(x)", "last": "max(ts)", "first": "min(ts)", "any": "max(flag)",
+                  "all": "min(flag)"}  # fmt: skip
+    stream = Pipeline(config=config(2))
+    source = files(incoming, schema="k string, x double, ts timestamp, flag boolean", watch=True,
+                   maxFilesPerTrigger="1")  # fmt: skip
+    stream.source(source).key_by("k").aggregate(**aggregates).sink(parquet(tmp_path / "out"))
+    assert len(stream.run(checkpoint=str(tmp_path / "ckpt"), available_now=True).batches) == 3
+
+    batch = Pipeline(config=config(2))  # Spark's own aggregation of all rows is the reference
+    expected = batch.source(files(incoming)).key_by("k").aggregate(**aggregates).to_pandas().set_index("k")
+    got = latest_per_key(read_output(tmp_path / "out"), "k")
+    pd.testing.assert_frame_equal(got[list(aggregates)], expected.sort_index()[list(aggregates)], check_dtype=False)
+
+
+def test_log_takes_types_spark_reads(spark, tmp_path: Path) -> None:
+    schema = pa.schema([("user", pa.large_string()), ("at", pa.timestamp("s")), ("n", pa.uint32())])
+    target = Log.create(tmp_path / "log", 2, schema)
+    assert target.schema == pa.schema([("user", pa.string()), ("at", pa.timestamp("us")), ("n", pa.int64())])
+    records = pa.table(
+        {"user": ["a", "b"], "at": pa.array([0, 86_400], pa.timestamp("s")), "n": pa.array([1, 2], pa.uint32())}
+    )
+    target.append(records.cast(schema))
+    p = Pipeline(config=config(1))
+    p.source(log(str(tmp_path / "log"))).key_by("user").aggregate(last="max(at)", n="sum(n)").sink(
+        parquet(tmp_path / "out")
+    )
+    p.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    got = read_output(tmp_path / "out").sort_values("user")
+    assert got.n.tolist() == [1, 2]
+    assert got["last"].tolist() == [pd.Timestamp("1970-01-01"), pd.Timestamp("1970-01-02")]
+    with pytest.raises(PlanError, match=r"column 'big' is uint64, which Spark cannot hold"):
+        Log.create(tmp_path / "log2", 1, pa.schema([("big", pa.uint64())]))
+    with pytest.raises(PlanError, match=r"key column\(s\) \['usr'\] are not in the log's columns"):
+        target.append(records.cast(schema), key="usr")
+
+
+def test_concurrent_appends_keep_every_record(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    target = Log.create(tmp_path / "log", 2, EVENTS)
+    chunks = [events(100, 10, start=i * 100, seed=i) for i in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda chunk: Log(tmp_path / "log").append(pa.Table.from_pandas(chunk, schema=EVENTS)), chunks))
+    seqs = []
+    for split, end in enumerate(target.end_offsets()):
+        seqs += pa.Table.from_batches(list(target.read(split, 0, end)), schema=EVENTS).column("seq").to_pylist()
+    assert sorted(seqs) == list(range(800))
+
+
+def test_log_read_limit_and_truncation(tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from keyflow.connectors.streams import LogReader
+
+    append(tmp_path / "log", events(1_000, 50, start=0, seed=4), splits=4)
+    reader = LogReader({"path": str(tmp_path / "log"), "partitions": "2"})
+    start = reader.initialOffset()
+    for limit in (1, 3, 250, 999):
+        end = reader.latestOffset(start, ReadMaxRows(limit))
+        assert sum(end[s] - start[s] for s in end) == limit
+    with pytest.raises(ValueError, match=r"has fewer records than already read .* recreated or truncated"):
+        reader.latestOffset(dict.fromkeys(start, 10**6), ReadMaxRows(10))

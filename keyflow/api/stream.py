@@ -179,6 +179,11 @@ class KeyedStream:
         if schema is None:
             raise PlanError("process needs the output schema: a pyarrow.Schema or a DDL string 'user string, n long'")
         for state_name, descriptor in (state or {}).items():
+            if state_name in self.keys or state_name.startswith("__"):
+                raise PlanError(
+                    f"state {state_name!r} has the name of a key column or starts with '__' (kept for keyflow's "
+                    "own columns); rename the state"
+                )
             if not hasattr(descriptor, "arrow_type"):
                 raise PlanError(f"state {state_name!r} is {descriptor!r}; declare ValueState, ListState or MapState")
             descriptor.arrow_type  # validates the type now, at plan time  # noqa: B018

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import typer
 
 from keyflow.cli.errors import user_errors
-from keyflow.connectors.log import Log
+from keyflow.connectors.log import Log, check_key_columns
 from keyflow.errors import PlanError
 
 log_app = typer.Typer(
@@ -46,6 +46,8 @@ def append(
     """Append the records of FILE; a new log takes FILE's schema."""
     with user_errors():
         records = _read(file)
+        if key:
+            check_key_columns(key, records.schema)  # before a new log is created
         try:
             target = Log(log)
         except PlanError:

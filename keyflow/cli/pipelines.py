@@ -88,11 +88,15 @@ def _print_batch(console: Console) -> Callable[[BatchMetrics], None]:
     def show(batch: BatchMetrics) -> None:
         written = ", ".join(f"{rows:,} to {sink}" for sink, rows in batch.output_rows.items())
         console.print(
-            f"batch {batch.batch}: parallelism {batch.parallelism}, {batch.input_rows:,} rows in, {written}; "
+            f"batch {batch.batch}: parallelism {batch.parallelism}, {_count(batch.input_rows)} rows in, {written}; "
             f"state {batch.state_bytes_written:,} bytes in {batch.state_files} files; {batch.seconds:.1f} s"
         )
 
     return show
+
+
+def _count(rows: int | None) -> str:
+    return "?" if rows is None else f"{rows:,}"
 
 
 def _streaming_summary(console: Console, result: StreamingResult, as_json: bool) -> None:

@@ -27,6 +27,9 @@ class ConsoleSink:
     def reset(self) -> None:
         return None
 
+    def discard_after(self, batch: int) -> None:
+        return None
+
     def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:
         """Print the micro-batch's first rows (a console cannot take output back). The whole
         batch is computed, as every streaming sink must: keyed operators write state at the end."""
@@ -54,6 +57,9 @@ class BlackholeSink:
         frame.write.format("noop").mode("overwrite").save()
 
     def reset(self) -> None:
+        return None
+
+    def discard_after(self, batch: int) -> None:
         return None
 
     def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:

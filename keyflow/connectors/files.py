@@ -36,7 +36,9 @@ class FileSource:
         self.unbounded = watch
 
     def describe(self) -> dict[str, Any]:
-        described = {"connector": f"files ({self.format})", "path": self.path}
+        described: dict[str, Any] = {"connector": f"files ({self.format})", "path": self.path}
+        if self.unbounded:
+            described["watch"] = True
         if self.schema:
             described["schema"] = self.schema
         return described
@@ -55,7 +57,9 @@ class FileSource:
         """New files become new data; the schema comes from ``schema`` or the files there now."""
         schema = self.schema
         if not schema:
-            if not _exists(self.path) or not any(Path(self.path).iterdir()):
+            files, root = filesystem(spark_path(self.path))
+            found = files.get_file_info(fs.FileSelector(root, allow_not_found=True))
+            if not any(info.base_name[:1] not in "_." for info in found):
                 raise PipelineError(
                     f"watched directory {self.path} has no files to take the schema from; "
                     "pass files(..., schema='col type, ...')"
@@ -99,6 +103,14 @@ class FileSink:
         files, root = filesystem(spark_path(self.path))
         if exists(files, root):
             files.delete_dir_contents(root)
+
+    def discard_after(self, batch: int) -> None:
+        """Remove published output of batches after ``batch`` (the checkpoint does not have them)."""
+        files, root = filesystem(spark_path(self.path))
+        for info in files.get_file_info(fs.FileSelector(root, allow_not_found=True)):
+            name = info.base_name
+            if name.startswith("part-b") and name[6:16].isdigit() and int(name[6:16]) > batch:
+                files.delete_file(info.path)
 
     def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:
         """Write one micro-batch under a staging directory (readers skip ``_`` names) and

@@ -8,8 +8,11 @@ write-then-rename, so a reader never sees half a segment; one writer per split.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +43,11 @@ class Log:
 
     @staticmethod
     def create(path: str | Path, splits: int, schema: pa.Schema) -> Log:
+        """A new log of ``splits`` splits; ``schema`` is adjusted to types Spark reads
+        (timestamps in microseconds, ``large_string`` as ``string``, unsigned as wider signed)."""
         if isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
             raise PlanError(f"a log needs splits >= 1, got {splits!r}")
+        schema = spark_readable(schema)
         files, root = filesystem(str(path))
         files.create_dir(root, recursive=True)
         described = {"splits": splits, "schema": schema.serialize().to_pybytes().hex()}
@@ -66,25 +72,42 @@ class Log:
 
     def append(self, records: pa.Table, key: str | list[str] | None = None) -> dict[int, int]:
         """Append ``records``; with ``key`` each key goes to one split (``key group mod splits``
-        of its Spark hash), else rows are spread round-robin. Returns records appended per split."""
+        of its Spark hash), else rows are spread round-robin. Returns records appended per split.
+
+        Appends to a local log hold an exclusive lock, so concurrent writers queue; on other
+        filesystems keep to one writer per log."""
         records = _conform(records, self.schema)
         if key is not None:
             names = [key] if isinstance(key, str) else list(key)
+            check_key_columns(names, self.schema)
             splits = assign_to_key_groups(records.select(names), self.splits, hash="spark")
         else:
             splits = np.arange(records.num_rows) % self.splits
-        ends = self.end_offsets()
-        appended = {}
-        for split in np.unique(splits):
-            part = records.filter(pa.array(splits == split))
-            first = ends[int(split)]
-            name = f"{self.root}/split-{int(split):04d}/{first:020d}-{first + part.num_rows:020d}.arrow"
-            temporary = f"{self.root}/split-{int(split):04d}/.{first:020d}.tmp"
-            with self.fs.open_output_stream(temporary) as stream, ipc.new_file(stream, self.schema) as writer:
-                writer.write_table(part)
-            self.fs.move(temporary, name)
-            appended[int(split)] = part.num_rows
+        with self._lock():
+            ends = self.end_offsets()
+            appended = {}
+            for split in np.unique(splits):
+                part = records.filter(pa.array(splits == split))
+                first = ends[int(split)]
+                directory = f"{self.root}/split-{int(split):04d}"
+                temporary = f"{directory}/.{first:020d}-{uuid.uuid4().hex}.tmp"
+                with self.fs.open_output_stream(temporary) as stream, ipc.new_file(stream, self.schema) as writer:
+                    writer.write_table(part)
+                self.fs.move(temporary, f"{directory}/{first:020d}-{first + part.num_rows:020d}.arrow")
+                appended[int(split)] = part.num_rows
         return appended
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        if not isinstance(self.fs, fs.LocalFileSystem):
+            yield
+            return
+        with open(f"{self.root}/_log.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def read(self, split: int, first: int, last: int) -> Iterator[pa.RecordBatch]:
         """Records ``first..last-1`` of ``split``."""
@@ -95,6 +118,31 @@ class Log:
                 table = ipc.open_file(handle).read_all()
             table = table.slice(max(first - start, 0), min(last, end) - max(first, start))
             yield from table.to_batches()
+
+
+def check_key_columns(names: list[str], schema: pa.Schema) -> None:
+    missing = [name for name in names if name not in schema.names]
+    if missing:
+        raise PlanError(f"key column(s) {missing} are not in the log's columns {schema.names}")
+
+
+def spark_readable(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with each type replaced by the one Spark reads back from Arrow."""
+    fields = []
+    for field in schema:
+        kind = field.type
+        if pa.types.is_timestamp(kind):
+            kind = pa.timestamp("us", tz=kind.tz)
+        elif pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+            kind = pa.string()
+        elif pa.types.is_large_binary(kind):
+            kind = pa.binary()
+        elif pa.types.is_unsigned_integer(kind):
+            if kind.bit_width == 64:
+                raise PlanError(f"column {field.name!r} is uint64, which Spark cannot hold; cast it to int64 first")
+            kind = {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}[kind.bit_width]
+        fields.append(field.with_type(kind))
+    return pa.schema(fields)
 
 
 def _conform(records: pa.Table, schema: pa.Schema) -> pa.Table:

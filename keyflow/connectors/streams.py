@@ -11,6 +11,7 @@ import itertools
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -113,11 +114,21 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         ends = self.target or self._ends()
+        behind = {split: (start.get(split, 0), end) for split, end in ends.items() if end < start.get(split, 0)}
+        if behind:
+            raise ValueError(
+                f"log {self.log.path} has fewer records than already read (split: (read, now there) {behind}); "
+                "it was recreated or truncated. Restore it, or start the pipeline with a new checkpoint"
+            )
         if isinstance(limit, ReadMaxRows):
-            # Share the limit evenly over the splits that have data.
-            backlog = {split: ends[split] - start.get(split, 0) for split in ends}
-            share = max(1, limit.max_rows // max(1, sum(1 for b in backlog.values() if b > 0)))
-            ends = {split: start.get(split, 0) + min(backlog[split], share) for split in ends}
+            # Share the limit over the splits with data, smallest backlog first; what a split
+            # does not need goes to the next, and the total never exceeds the limit.
+            budget, taken = limit.max_rows, {}
+            pending = sorted((ends[s] - start.get(s, 0), s) for s in ends if ends[s] > start.get(s, 0))
+            for position, (backlog, split) in enumerate(pending):
+                taken[split] = min(backlog, budget // (len(pending) - position))
+                budget -= taken[split]
+            ends = {split: start.get(split, 0) + taken.get(split, 0) for split in ends}
         return ends
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
@@ -158,9 +169,13 @@ class LogStreamSource:
     unbounded = True
 
     def __init__(self, path: str, rows_per_batch: int | None) -> None:
-        if rows_per_batch is not None and (not isinstance(rows_per_batch, int) or rows_per_batch < 1):
+        if rows_per_batch is not None and (
+            isinstance(rows_per_batch, bool) or not isinstance(rows_per_batch, int) or rows_per_batch < 1
+        ):
             raise PlanError(f"log rows_per_batch={rows_per_batch!r} is invalid; it must be a positive integer")
-        self.path, self.rows_per_batch = str(path), rows_per_batch
+        # Spark's Python workers run elsewhere: give them an absolute path.
+        self.path = path if "://" in str(path) else str(Path(path).absolute())
+        self.rows_per_batch = rows_per_batch
         self.splits = Log(self.path).splits  # fails early, naming the path, if it is not a log
 
     def describe(self) -> dict[str, Any]:

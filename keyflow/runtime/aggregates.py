@@ -98,6 +98,12 @@ def _merge(rule: str, current: pa.Array, new: pa.Array) -> pa.Array:
         return pc.add(current.fill_null(0), new)
     if rule == "sum":
         return pc.coalesce(pc.add_checked(current, new), current, new)
-    if rule == "min":
-        return pc.min_element_wise(current, new)
-    return pc.max_element_wise(current, new)
+    if pa.types.is_floating(current.type):
+        # Spark orders NaN above every number: max keeps a NaN, min drops it unless all are NaN.
+        if rule == "min":
+            return pc.min_element_wise(current, new)
+        nan = pc.fill_null(pc.or_(pc.is_nan(current), pc.is_nan(new)), False)
+        return pc.if_else(nan, pa.scalar(float("nan"), current.type), pc.max_element_wise(current, new))
+    # Any comparable type (timestamps, dates, strings, booleans): compare, nulls skipped.
+    better = pc.less(new, current) if rule == "min" else pc.greater(new, current)
+    return pc.coalesce(pc.if_else(pc.fill_null(better, False), new, current), current, new)

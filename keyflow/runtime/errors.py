@@ -12,7 +12,7 @@ from keyflow.errors import WORKER_ERROR_MARKER, PipelineError
 
 _READ_FAILURE = re.compile(r"Encountered error while reading file (\S+?)\.?\s")
 _MALFORMED = re.compile(r"Malformed records are detected in record parsing")
-_PYTHON_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception)): (.+)$", re.MULTILINE)
+_PYTHON_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Invalid)): (.+)$", re.MULTILINE)
 
 
 def translate(error: Exception, operator: str | None = None) -> PipelineError:

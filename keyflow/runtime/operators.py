@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import pyarrow as pa
@@ -37,7 +38,7 @@ def apply_stateless(node: nodes.Node, frame: DataFrame) -> DataFrame:
             case nodes.MapBatchesNode():
                 schema = _output_schema(node, frame)
                 mapper = BatchMapper(node.function, schema, node.batch_format, f"map_batches {node.name!r}")  # type: ignore[arg-type]
-                return frame.mapInArrow(mapper, from_arrow_schema(schema))
+                return map_in_arrow(frame, mapper, schema, node)
     except (AnalysisException, ParseException) as error:
         raise PlanError(f"operator {node.name!r} ({node.kind}: {_described(node)}): {first_line(str(error))}") from None
     raise AssertionError(node.kind)
@@ -86,7 +87,7 @@ def apply_keyed(
             function, schema, node.keys, order_by, state, max_parallelism, parallelism,
             f"{node.kind} {node.name!r}", backend or MemoryState(),
         )  # fmt: skip
-        return exchanged.mapInArrow(runner, from_arrow_schema(schema))
+        return map_in_arrow(exchanged, runner, schema, node)
 
     try:
         if isinstance(node, nodes.AggregateNode) and backend is None:
@@ -118,6 +119,17 @@ def apply_keyed(
     except (AnalysisException, ParseException) as error:
         raise PlanError(f"operator {node.name!r} ({node.kind}: {_described(node)}): {first_line(str(error))}") from None
     raise AssertionError(node.kind)
+
+
+def map_in_arrow(frame: DataFrame, runner: Any, schema: pa.Schema, node: nodes.Node) -> DataFrame:
+    """``mapInArrow``, with a clear error when the user's function cannot be pickled."""
+    try:
+        return frame.mapInArrow(runner, from_arrow_schema(schema))
+    except pickle.PicklingError as error:
+        raise PlanError(
+            f"operator {node.name!r}: its function cannot be sent to Spark's Python workers ({error}); "
+            "do not capture locks, threads, sessions or open files in it"
+        ) from None
 
 
 def _output_schema(node: nodes.MapBatchesNode, frame: DataFrame) -> pa.Schema:

@@ -32,14 +32,14 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from keyflow.api import nodes
-from keyflow.errors import KeyflowError, PipelineError, PlanError
+from keyflow.errors import KeyflowError, PlanError
 from keyflow.keygroups import key_group_range
 from keyflow.plan.compile import compile_plan
 from keyflow.plan.graph import JobGraph
 from keyflow.plan.restore import check_restorable, keyed_operators
 from keyflow.runtime.errors import translate
 from keyflow.runtime.executor import FrameBuilder, pipeline_session
-from keyflow.state.checkpoint import Checkpoint, CheckpointError, Manifest, StateFile, needed_files
+from keyflow.state.checkpoint import Checkpoint, CheckpointError, Manifest, StateFile, delta_depth, needed_files
 from keyflow.state.durable import CheckpointedState
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class BatchMetrics:
 
     batch: int
     parallelism: int
-    input_rows: int
+    input_rows: int | None  # None where Spark dropped the count (a batch its optimizer found empty downstream)
     output_rows: dict[str, int]
     state_files: int
     state_bytes_written: int
@@ -93,7 +93,10 @@ class StreamingJob:
         self._lock = threading.Lock()
         self._error: BaseException | None = None
         self._requested: tuple[int, str] | None = None
+        self._pending_event: dict[str, Any] | None = None  # logged once a batch commits at the new parallelism
+        self._stopping = False
         self._key_types_checked = False
+        self.run_id = uuid.uuid4().hex
         self._nodes = _nodes_by_uid(pipeline.sinks)
         self._prepare()
         self.result = StreamingResult(self.plan, checkpoint)
@@ -135,13 +138,17 @@ class StreamingJob:
         return bool(self._guard(lambda: self._query.awaitTermination(timeout)))
 
     def stop(self) -> None:
-        """Stop after the running micro-batch; what is committed stays committed."""
+        """Stop now; a micro-batch that is running is cancelled and not committed (it runs
+        again on restart), what is committed stays committed."""
+        self._stopping = True
         self._query.stop()
 
     def _guard(self, action: Any) -> Any:
         try:
             result = action()
         except Exception as error:
+            if self._stopping and self._error is None:
+                return None
             raise (self._error or translate(error, "in the streaming query")) from None
         if self._error is not None:
             raise self._error
@@ -164,8 +171,8 @@ class StreamingJob:
             self.plan = compile_plan(self.pipeline.sinks, config)
             self.checkpoint_id = uuid.uuid4().hex
             self.checkpoint.write_plan({"checkpoint_id": self.checkpoint_id, "plan": self.plan.to_dict()})
-            for sink in self.pipeline.sinks:
-                sink.sink.reset()
+            for sink in self._file_outputs():
+                sink.reset()
             self.checkpoint.discard_after(None)
             self._manifest: Manifest | None = None
             return
@@ -185,11 +192,21 @@ class StreamingJob:
         except CheckpointError as error:
             raise PlanError(f"{error}; restore with that keyflow version or use a new checkpoint") from None
         self._check_source_offsets()
+        committed = self._manifest.version if self._manifest else -1
         if self._manifest is not None:
             _publish(self._manifest)
             if self._manifest.parallelism != self.plan.default_parallelism:
-                self._event(self._manifest.parallelism, self.plan.default_parallelism, "restart", None)
-        self.checkpoint.discard_after(self._manifest.version if self._manifest else None)
+                self._pending_event = _rescale_event(
+                    self._manifest.parallelism, self.plan.default_parallelism, "restart"
+                )
+        self.checkpoint.discard_after(committed if self._manifest else None)
+        for sink in self._file_outputs():
+            sink.discard_after(committed)  # output of batches after the checkpoint (e.g. restored from a copy)
+
+    def _file_outputs(self) -> list[Any]:
+        """Every sink a micro-batch writes to, dead-letter sinks included."""
+        dead_letters = [n.on_null for n in self._nodes.values() if isinstance(n, nodes.KeyedNode) and n.on_null]
+        return [sink.sink for sink in self.pipeline.sinks] + dead_letters
 
     def _check_empty(self) -> None:
         selector = fs.FileSelector(self.checkpoint.root, allow_not_found=True)
@@ -200,22 +217,36 @@ class StreamingJob:
             )
 
     def _check_source_offsets(self) -> None:
-        """Spark must not be ahead of the state: its committed batches need a manifest each."""
-        commits = self.checkpoint.path("source/commits")
-        selector = fs.FileSelector(commits, allow_not_found=True)
-        done = [int(i.base_name) for i in self.checkpoint.fs.get_file_info(selector) if i.base_name.isdigit()]
+        """Spark's source log and the state must describe the same batches: every batch Spark
+        committed has a manifest, and the newest manifest's batch is in Spark's offset log
+        (its commit may be missing: a crash between the two commits replays it)."""
         committed = self._manifest.version if self._manifest else -1
-        if done and max(done) > committed:
+        consumed = self._newest_batch("source/commits")
+        planned = self._newest_batch("source/offsets")
+        if consumed > committed:
             raise PlanError(
-                f"checkpoint {self.checkpoint.uri}: the source has consumed batch {max(done)} but the newest "
+                f"checkpoint {self.checkpoint.uri}: the source has consumed batch {consumed} but the newest "
                 f"state manifest is version {committed}; manifests were deleted. Restore the missing "
                 "manifests, or start over with a new checkpoint directory"
             )
+        if planned < committed:
+            raise PlanError(
+                f"checkpoint {self.checkpoint.uri}: the state is at micro-batch {committed} but Spark's source "
+                f"checkpoint ({self.checkpoint.path('source')}) only knows batches up to {planned}; it was "
+                "deleted or replaced, and new input would be skipped. Restore it, or start over with a new "
+                "checkpoint directory"
+            )
+
+    def _newest_batch(self, relative: str) -> int:
+        selector = fs.FileSelector(self.checkpoint.path(relative), allow_not_found=True)
+        return max((int(i.base_name) for i in self.checkpoint.fs.get_file_info(selector) if i.base_name.isdigit()),
+                   default=-1)  # fmt: skip
 
     def _start(self) -> Any:
         spark = pipeline_session(self.pipeline, self.plan)
         operator = self.plan.operator(self._source.uid)
         stream = self._guard_plan(lambda: self._source.source.read_stream(spark, operator.parallelism))
+        self._check_source_schema(stream.schema.simpleString())
         location = self.checkpoint.uri.rstrip("/") + "/source" if "://" in self.checkpoint.uri else None
         writer = stream.writeStream.foreachBatch(self._run_batch).option(
             "checkpointLocation", location or self.checkpoint.path("source")
@@ -227,6 +258,19 @@ class StreamingJob:
                 processingTime=f"{self.pipeline.config['execution.checkpointing.interval']} seconds"
             )
         return writer.start()
+
+    def _check_source_schema(self, schema: str) -> None:
+        """The source's columns are fixed by the first run (an inferred schema could drift)."""
+        saved = self.checkpoint.read_plan() or {}
+        recorded = saved.get("source_schema")
+        if recorded is None:
+            self.checkpoint.write_plan({**saved, "source_schema": schema})
+        elif recorded != schema:
+            raise PlanError(
+                f"source {self._source.name!r} now reads {schema} but checkpoint {self.checkpoint.uri} was "
+                f"started with {recorded}; give the source that schema explicitly (files(..., schema=...)) "
+                "or start a new checkpoint"
+            )
 
     def _guard_plan(self, action: Any) -> Any:
         try:
@@ -241,7 +285,8 @@ class StreamingJob:
         try:
             self._batch(frame, batch)
         except BaseException as error:
-            self._error = error if isinstance(error, KeyflowError) else translate(error, f"in micro-batch {batch}")
+            if not self._stopping:
+                self._error = error if isinstance(error, KeyflowError) else translate(error, f"in micro-batch {batch}")
             raise
 
     def _batch(self, frame: DataFrame, batch: int) -> None:
@@ -282,26 +327,25 @@ class StreamingJob:
             operators = {}
             written: list[StateFile] = []
             for uid in backends:
+                # A subtask Spark skipped (no input rows: adaptive execution drops empty
+                # stages) wrote no file: its state did not change.
                 new = self.checkpoint.written_files(str(uid), batch)
-                expected = plan.operator(uid).parallelism
-                if len(new) != expected:
-                    raise PipelineError(
-                        f"operator {self._nodes[uid].name!r} wrote state for {len(new)} of its {expected} subtasks "
-                        f"in micro-batch {batch}; the batch is not committed (please report this)"
-                    )
                 written += new
                 previous = self._manifest.operators.get(str(uid), []) if self._manifest else []
                 operators[str(uid)] = needed_files([*previous, *new], plan.max_parallelism)
             manifest = Manifest(batch, plan.default_parallelism, plan.max_parallelism, operators, [{"moves": moves}])
             self.checkpoint.commit(manifest)
             self._manifest = manifest
+            if self._pending_event is not None:
+                self.checkpoint.append_event({**self._pending_event, "batch": batch})
+                self._pending_event = None
             _fault("after-commit", batch)
             _publish(manifest)
             _fault("after-publish", batch)
             self.checkpoint.retain(self.pipeline.config["state.checkpoints.num-retained"])
         finally:
             builder.release()
-        input_rows = int(observation.get.get("rows", 0))
+        input_rows = _observed_rows(observation)
         metrics = BatchMetrics(
             batch, plan.default_parallelism, input_rows, outputs, len(written),
             sum(f.bytes for f in written), time.perf_counter() - started,
@@ -333,14 +377,14 @@ class StreamingJob:
         backends = {}
         for uid, operator in keyed_operators(plan).items():
             files = tuple(self._manifest.operators.get(str(uid), [])) if self._manifest else ()
+            depth = delta_depth(files, plan.max_parallelism)
             compact = frozenset(
                 subtask
                 for subtask in range(operator.parallelism)
-                if _deltas_to_read(files, *key_group_range(plan.max_parallelism, operator.parallelism, subtask))
-                >= limit
+                if _range_max(depth, key_group_range(plan.max_parallelism, operator.parallelism, subtask)) >= limit
             )
             backends[uid] = CheckpointedState(
-                self.checkpoint.uri, self.checkpoint_id, str(uid), committed, batch, files, compact,
+                self.checkpoint.uri, self.checkpoint_id, self.run_id, str(uid), committed, batch, files, compact,
                 plan.max_parallelism,
             )  # fmt: skip
         return backends
@@ -357,19 +401,19 @@ class StreamingJob:
         )
         self.plan = _round_trip(compile_plan(self.pipeline.sinks, config))
         self.result.plan = self.plan
-        self._event(before, parallelism, reason, batch)
+        committed_at = self._manifest.parallelism if self._manifest else before
+        self._pending_event = _rescale_event(committed_at, parallelism, reason)
 
-    def _event(self, before: int, after: int, reason: str, batch: int | None) -> None:
-        self.checkpoint.append_event(
-            {
-                "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                "event": "rescale",
-                "batch": batch,
-                "from": before,
-                "to": after,
-                "reason": reason,
-            }
-        )
+
+def _rescale_event(before: int, after: int, reason: str) -> dict[str, Any]:
+    """A parallelism change; its ``batch`` is filled in when the first batch at ``after`` commits."""
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "event": "rescale",
+        "from": before,
+        "to": after,
+        "reason": reason,
+    }
 
 
 def run_streaming(
@@ -387,8 +431,16 @@ def run_streaming(
     return job.result
 
 
-def _deltas_to_read(files: tuple[StateFile, ...], first: int, last: int) -> int:
-    return sum(1 for f in files if f.kind == "delta" and f.first <= last and f.last >= first)
+def _observed_rows(observation: Observation) -> int | None:
+    try:
+        return int(observation.get.get("rows", 0))
+    except Exception:  # Spark's adaptive execution may prune the observed node of an empty stage
+        return None
+
+
+def _range_max(depth: Any, key_group_range: tuple[int, int]) -> int:
+    first, last = key_group_range
+    return int(depth[first : last + 1].max(initial=0))
 
 
 def _publish(manifest: Manifest) -> None:

@@ -261,6 +261,17 @@ def restore(
     store.take_touched()
 
 
+def delta_depth(files: Iterable[StateFile], max_parallelism: int) -> np.ndarray:
+    """Per key group, how many delta files a restore reads after its newest full file."""
+    files = list(files)
+    base = base_versions(files, max_parallelism)
+    depth = np.zeros(max_parallelism, dtype=np.int64)
+    for f in files:
+        if f.kind == "delta":
+            depth[f.first : f.last + 1] += base[f.first : f.last + 1] < f.version
+    return depth
+
+
 def can_catch_up(files: list[StateFile], first: int, last: int, max_parallelism: int, held_version: int) -> bool:
     """Whether a store holding ``held_version`` of the range can be brought up to date with
     deltas alone (no full file of the range is newer than what it holds)."""

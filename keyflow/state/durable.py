@@ -36,6 +36,7 @@ class CheckpointedState:
 
     checkpoint_uri: str
     checkpoint_id: str
+    run_id: str  # one per started job: cached state of another run is never trusted
     uid: str
     base_version: int  # -1: no state yet
     version: int
@@ -44,7 +45,7 @@ class CheckpointedState:
     max_parallelism: int
 
     def open(self, descriptors: dict[str, StateDescriptor], subtask: int, first: int, last: int) -> KeyedStateStore:
-        cached = _CACHE.take((self.checkpoint_id, self.uid), first, last)
+        cached = _CACHE.take((self.checkpoint_id, self.uid), self.run_id, first, last)
         checkpoint = Checkpoint(self.checkpoint_uri)
         files = list(self.files)
         store = KeyedStateStore(descriptors)
@@ -70,27 +71,22 @@ class CheckpointedState:
 
     def close(self, store: KeyedStateStore, subtask: int, first: int, last: int) -> None:
         touched = store.take_touched()
+        live = store.live_slots()
         if subtask in self.compact:
-            table, kind = _live_rows(store.to_table(store.all_slots()), store), "full"
+            table, kind = store.to_table(live), "full"
+            store = KeyedStateStore(store.descriptors)  # compaction also drops cleared keys from memory
+            store.upsert(table)
         else:
             table, kind = store.to_table(touched), "delta"
         checkpoint = Checkpoint(self.checkpoint_uri)
-        write_state_file(checkpoint, self.uid, self.version, kind, first, last, table, len(store))
-        _CACHE.put((self.checkpoint_id, self.uid), _Entry(first, last, self.version, store))
+        write_state_file(checkpoint, self.uid, self.version, kind, first, last, table, len(live))
+        _CACHE.put((self.checkpoint_id, self.uid), self.run_id, _Entry(first, last, self.version, store))
 
 
 def _in_range(store: KeyedStateStore, first: int, last: int) -> pa.Table:
-    table = store.to_table(store.all_slots())
+    table = store.to_table(store.live_slots())
     key_groups = table.column(KEY_GROUP_FIELD).to_numpy()
     return table.filter(pa.array((key_groups >= first) & (key_groups <= last)))
-
-
-def _live_rows(table: pa.Table, store: KeyedStateStore) -> pa.Table:
-    """Rows with at least one state set (a cleared key is not kept by compaction)."""
-    live = np.zeros(table.num_rows, dtype=bool)
-    for name in store.columns:
-        live |= ~np.asarray(table.column(name).is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    return table if live.all() else table.filter(pa.array(live))
 
 
 def _gaps(covered: np.ndarray, first: int) -> list[tuple[int, int]]:
@@ -111,24 +107,30 @@ class _Entry:
 class _StateCache:
     """Per Python worker: the newest state this worker built for each key-group range.
 
-    Entries of one operator never overlap (a newer entry evicts those it overlaps), so a
-    worker holds at most one copy of any key group; at most ``operators`` operators are kept.
+    Entries belong to one run of a job: a new run (a restart, a retry after a failure)
+    drops them, because an uncommitted attempt may have left a version number that a
+    later committed version reuses. Entries of one operator never overlap (a newer entry
+    evicts those it overlaps), so a worker holds at most one copy of any key group; at most
+    ``operators`` operators are kept.
     """
 
-    def __init__(self, operators: int = 16) -> None:
-        self._entries: OrderedDict[tuple[str, str], list[_Entry]] = OrderedDict()
+    def __init__(self, operators: int = 8) -> None:
+        self._entries: OrderedDict[tuple[str, str], tuple[str, list[_Entry]]] = OrderedDict()
         self._operators = operators
 
-    def take(self, operator: tuple[str, str], first: int, last: int) -> list[_Entry]:
-        """Entries overlapping ``first..last`` (removed: the caller owns them now)."""
-        entries = self._entries.get(operator, [])
+    def take(self, operator: tuple[str, str], run: str, first: int, last: int) -> list[_Entry]:
+        """This run's entries overlapping ``first..last`` (removed: the caller owns them now)."""
+        owner, entries = self._entries.get(operator, (run, []))
+        if owner != run:
+            entries = []
         taken = [e for e in entries if e.first <= last and e.last >= first]
-        self._entries[operator] = [e for e in entries if e not in taken]
+        self._entries[operator] = (run, [e for e in entries if e not in taken])
         return taken
 
-    def put(self, operator: tuple[str, str], entry: _Entry) -> None:
-        kept = [e for e in self._entries.get(operator, []) if e.last < entry.first or e.first > entry.last]
-        self._entries[operator] = [*kept, entry]
+    def put(self, operator: tuple[str, str], run: str, entry: _Entry) -> None:
+        owner, entries = self._entries.get(operator, (run, []))
+        kept = [e for e in entries if owner == run and (e.last < entry.first or e.first > entry.last)]
+        self._entries[operator] = (run, [*kept, entry])
         self._entries.move_to_end(operator)
         while len(self._entries) > self._operators:
             self._entries.popitem(last=False)

@@ -15,7 +15,12 @@ def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
                               "passed to run(checkpoint=...) or --checkpoint")  # fmt: skip
     plan = saved["plan"]
     operators = {str(op["uid"]): op for vertex in plan["vertices"] for op in vertex["operators"] if op["kind"] in KEYED}
-    manifests = [checkpoint.manifest(version) for version in checkpoint.versions()]
+    manifests = []
+    for version in checkpoint.versions():
+        try:
+            manifests.append(checkpoint.manifest(version))
+        except FileNotFoundError:
+            continue  # deleted by the running job's retention while we read
     latest = manifests[-1] if manifests else None
     state = []
     for uid, operator in operators.items():

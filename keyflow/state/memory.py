@@ -46,6 +46,9 @@ class StateColumn:
         values[~valid] = None
         return pa.array(values, type=self.type)
 
+    def valid(self, size: int) -> npt.NDArray[np.bool_]:
+        return self._valid[:size]
+
     def set(self, slots: Slots, values: pa.Array) -> None:
         if len(values) != len(slots):
             raise ValueError(f"state update has {len(values)} values for {len(slots)} keys; give one per key")
@@ -119,12 +122,23 @@ class KeyIndex:
             self._chunks[-1] = (older.append(newer), first)
         return slots
 
-    def keys(self) -> pd.Index:
-        """All keys in slot order."""
+    def take(self, slots: Slots) -> pd.Index:
+        """The keys of ``slots``, in that order; touches only the chunks they live in."""
         if not self._chunks:
             return pd.Index([])
-        index = self._chunks[0][0]
-        return index.append([chunk for chunk, _ in self._chunks[1:]]) if len(self._chunks) > 1 else index
+        if len(self._chunks) == 1:
+            return self._chunks[0][0].take(slots)
+        firsts = np.array([first for _, first in self._chunks])
+        owner = np.searchsorted(firsts, slots, side="right") - 1
+        order = np.argsort(owner, kind="stable")
+        pieces = []
+        for number in np.unique(owner):
+            chunk, first = self._chunks[number]
+            pieces.append(chunk.take(slots[order][owner[order] == number] - first))
+        grouped = pieces[0].append(pieces[1:]) if len(pieces) > 1 else pieces[0]
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        return grouped.take(inverse)
 
 
 class KeyedStateStore:
@@ -175,10 +189,17 @@ class KeyedStateStore:
     def all_slots(self) -> Slots:
         return np.arange(len(self), dtype=np.int64)
 
+    def live_slots(self) -> Slots:
+        """Slots with at least one state set (a cleared key keeps its slot, with nulls)."""
+        live = np.zeros(len(self), dtype=bool)
+        for column in self.columns.values():
+            live |= column.valid(len(self))
+        return np.flatnonzero(live).astype(np.int64)
+
     def to_table(self, slots: Slots) -> pa.Table:
         """Keys, key group and every state of ``slots`` as one Arrow table (the state file format)."""
         schema = self._key_schema or pa.schema([])
-        keys = self._index.keys().take(slots) if len(slots) else self._index.keys()[:0]
+        keys = self._index.take(slots)
         frame = keys.to_frame(index=False) if isinstance(keys, pd.MultiIndex) else pd.DataFrame({0: keys})
         key_columns = [
             pa.array(frame.iloc[:, position], from_pandas=True).cast(field.type)
