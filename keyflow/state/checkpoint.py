@@ -82,8 +82,9 @@ class Checkpoint:
     """One checkpoint directory."""
 
     def __init__(self, uri: str) -> None:
-        self.uri = uri
         self.fs, self.root = filesystem(uri)
+        # Absolute: Spark's Python workers open it too, from another working directory.
+        self.uri = uri if "://" in uri else self.root
 
     def path(self, relative: str) -> str:
         return f"{self.root}/{relative}"

@@ -126,7 +126,7 @@ class KeyIndex:
         """The keys of ``slots``, in that order; touches only the chunks they live in."""
         if not self._chunks:
             return pd.Index([])
-        if len(self._chunks) == 1:
+        if len(self._chunks) == 1 or not len(slots):
             return self._chunks[0][0].take(slots)
         firsts = np.array([first for _, first in self._chunks])
         owner = np.searchsorted(firsts, slots, side="right") - 1
