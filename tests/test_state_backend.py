@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,12 @@ from keyflow.state.memory import KeyedStateStore, KeyIndex
 
 K = 64
 STATE = {"total": ValueState("int64")}
+
+
+def new_checkpoint(path: Path) -> Checkpoint:
+    checkpoint = Checkpoint(str(path))
+    checkpoint.write_plan({"checkpoint_id": str(path), "plan": {}})  # what a streaming job writes first
+    return checkpoint
 
 
 def write_version(checkpoint: Checkpoint, version: int, parallelism: int, updates: dict[str, int | None],
@@ -77,7 +84,7 @@ def in_range(model: dict[str, int | None], first: int, last: int) -> dict[str, i
     restore_parallelism=st.integers(1, 7),
 )
 def test_any_range_restores_to_the_model(tmp_path_factory, steps, restore_parallelism) -> None:
-    checkpoint = Checkpoint(str(tmp_path_factory.mktemp("ckpt")))
+    checkpoint = new_checkpoint(tmp_path_factory.mktemp("ckpt"))
     model: dict[str, int | None] = {}
     manifest = None
     for version, (parallelism, updates, compact) in enumerate(steps):
@@ -90,7 +97,7 @@ def test_any_range_restores_to_the_model(tmp_path_factory, steps, restore_parall
 
 
 def test_compaction_drops_superseded_files_and_cleared_keys(tmp_path: Path) -> None:
-    checkpoint = Checkpoint(str(tmp_path))
+    checkpoint = new_checkpoint(tmp_path)
     manifest = write_version(checkpoint, 0, 2, {"a": 1, "b": 2}, None)
     manifest = write_version(checkpoint, 1, 2, {"a": None}, manifest)  # clear a
     assert [f.kind for f in manifest.operators["1"]] == ["delta"] * 4
@@ -100,7 +107,7 @@ def test_compaction_drops_superseded_files_and_cleared_keys(tmp_path: Path) -> N
 
 
 def test_retention_keeps_the_newest_versions_and_their_files(tmp_path: Path) -> None:
-    checkpoint = Checkpoint(str(tmp_path))
+    checkpoint = new_checkpoint(tmp_path)
     manifest = None
     for version in range(5):
         manifest = write_version(checkpoint, version, 2, {f"u{version}": version}, manifest,
@@ -115,7 +122,7 @@ def test_retention_keeps_the_newest_versions_and_their_files(tmp_path: Path) -> 
 
 
 def test_uncommitted_versions_are_discarded(tmp_path: Path) -> None:
-    checkpoint = Checkpoint(str(tmp_path))
+    checkpoint = new_checkpoint(tmp_path)
     manifest = write_version(checkpoint, 0, 2, {"a": 1}, None)
     (tmp_path / "manifests" / "0000000001.json.tmp-abc").write_text("half a manifest")  # a crash mid-write
     write_version(checkpoint, 1, 2, {"a": 5}, manifest)
@@ -129,7 +136,7 @@ def test_uncommitted_versions_are_discarded(tmp_path: Path) -> None:
 def test_state_cached_by_an_uncommitted_attempt_is_not_reused(tmp_path: Path) -> None:
     """Run A writes version 1 but never commits it; run B commits its own version 1 (on
     another worker); run B's next batch on A's worker must not use A's cached version 1."""
-    checkpoint = Checkpoint(str(tmp_path))
+    checkpoint = new_checkpoint(tmp_path)
     committed = write_version(checkpoint, 0, 1, {"a": 1}, None, run="A")
     write_version(checkpoint, 1, 1, {"a": 100}, committed, run="A", commit=False)
     checkpoint.discard_after(0)
@@ -148,7 +155,7 @@ def test_state_cached_by_an_uncommitted_attempt_is_not_reused(tmp_path: Path) ->
 
 def test_compaction_depth_counts_deltas_per_key_group(tmp_path: Path) -> None:
     """Three versions at parallelism 8 are three deltas deep for every key group, not 24."""
-    checkpoint = Checkpoint(str(tmp_path))
+    checkpoint = new_checkpoint(tmp_path)
     manifest = None
     for version in range(3):
         manifest = write_version(checkpoint, version, 8, {f"u{version}": version}, manifest)
@@ -158,7 +165,7 @@ def test_compaction_depth_counts_deltas_per_key_group(tmp_path: Path) -> None:
 
 
 def test_cleared_keys_are_not_counted_and_compaction_drops_them(tmp_path: Path) -> None:
-    checkpoint = Checkpoint(str(tmp_path))
+    checkpoint = new_checkpoint(tmp_path)
     manifest = write_version(checkpoint, 0, 1, {f"u{i}": i for i in range(100)}, None)
     manifest = write_version(checkpoint, 1, 1, {f"u{i}": None for i in range(100)}, manifest)
     manifest = write_version(checkpoint, 2, 1, {"z": 7}, manifest, frozenset({0}))
@@ -181,3 +188,9 @@ def test_key_index_matches_a_dict(batches) -> None:
         for key, slot in zip(keys[new], index.add(keys[new]), strict=True):
             model[key] = int(slot)
     assert index.take(np.arange(index.size)).tolist() == sorted(model, key=model.get)
+
+
+def test_a_checkpoint_workers_cannot_see_is_an_error(tmp_path: Path) -> None:
+    backend = CheckpointedState(str(tmp_path / "elsewhere"), "id", "run", "1", -1, 0, (), frozenset(), K)
+    with pytest.raises(RuntimeError, match=r"elsewhere is not visible from Spark's workers; on a cluster put"):
+        backend.open(STATE, 0, 0, K - 1)

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from keyflow.api.state import StateDescriptor
+from keyflow.errors import WORKER_ERROR_MARKER
 from keyflow.state.checkpoint import Checkpoint, StateFile, can_catch_up, restore, write_state_file
 from keyflow.state.memory import KEY_GROUP_FIELD, KeyedStateStore
 
@@ -47,6 +48,11 @@ class CheckpointedState:
     def open(self, descriptors: dict[str, StateDescriptor], subtask: int, first: int, last: int) -> KeyedStateStore:
         cached = _CACHE.take((self.checkpoint_id, self.uid), self.run_id, first, last)
         checkpoint = Checkpoint(self.checkpoint_uri)
+        if not checkpoint.exists("plan.json"):
+            raise RuntimeError(
+                f"{WORKER_ERROR_MARKER}checkpoint {self.checkpoint_uri} is not visible from Spark's workers; on a "
+                "cluster put checkpoints on storage every executor reaches (a shared filesystem, HDFS, S3)"
+            )
         files = list(self.files)
         store = KeyedStateStore(descriptors)
         covered = np.zeros(last - first + 1, dtype=bool)
