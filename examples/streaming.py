@@ -10,8 +10,11 @@ micro-batches; each micro-batch is an exactly-once checkpoint:
 Run it with::
 
     keyflow run examples/streaming.py --checkpoint ckpt/streaming --available-now
-    keyflow run examples/streaming.py --checkpoint ckpt/streaming -p 3   # rescaled restart
     keyflow checkpoints ckpt/streaming
+
+Without ``--available-now`` it generates 100,000 clicks a second until 500,000; stop it
+with Ctrl-C and start it again with ``-p 3``: it continues after the last committed
+micro-batch at parallelism 3, reading its state by key-group range.
 
 Outputs are Parquet directories under ``out/streaming/``.
 """
