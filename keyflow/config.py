@@ -64,6 +64,14 @@ def parse_duration(key: str, value: Any) -> float:
     return float(match.group(1)) * _UNITS.get(match.group(2), 0.001)
 
 
+def _duration_text(key: str, value: Any) -> str:
+    """A valid, non-negative duration, kept as written (the scheduler reads it with its unit)."""
+    if str(value).strip().startswith("-"):
+        raise ConfigError(f"{key}={value!r} must not be negative")
+    parse_duration(key, value)
+    return str(value)
+
+
 def _flag(key: str, value: Any) -> bool:
     text = str(value).strip().lower()
     if text not in ("true", "false"):
@@ -128,6 +136,41 @@ OPTIONS: dict[str, Option] = {
             "would be read to restore it (bounds restore cost).",
         ),
         Option(
+            "jobmanager.adaptive-scheduler.scaling-interval.min",
+            _duration_text,
+            "30 s",
+            "Adaptive scheduler: minimum time between two rescales (the cooldown). "
+            "Alias: jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling.",
+        ),
+        Option(
+            "jobmanager.adaptive-scheduler.scaling-interval.max",
+            _duration_text,
+            None,
+            "Adaptive scheduler: after this long since the last rescale, a rescale below the minimum increase is "
+            "forced and a cooldown cannot push a rescale further. Unset: never forced.",
+        ),
+        Option(
+            "jobmanager.adaptive-scheduler.min-parallelism-increase",
+            _positive_int,
+            1,
+            "Adaptive scheduler: smallest parallelism increase worth a rescale.",
+        ),
+        Option(
+            "jobmanager.adaptive-scheduler.resource-stabilization-timeout",
+            _duration_text,
+            "10 s",
+            "Adaptive scheduler: after lost resources or a failure, how long slots must stay unchanged before "
+            "the job runs at the new parallelism. Aliases: …executing.resource-stabilization-timeout, "
+            "…submission.resource-stabilization-timeout.",
+        ),
+        Option(
+            "jobmanager.adaptive-scheduler.resource-wait-timeout",
+            _duration_text,
+            "5 min",
+            "Adaptive scheduler: how long to wait for any slot before the job fails. "
+            "Alias: …submission.resource-wait-timeout.",
+        ),
+        Option(
             "execution.state-recovery.ignore-unclaimed-state",
             _flag,
             False,
@@ -135,6 +178,16 @@ OPTIONS: dict[str, Option] = {
             "(that state is dropped).",
         ),
     )
+}
+
+
+_SCHEDULER = "jobmanager.adaptive-scheduler."
+# Flink's newer names for the same options.
+ALIASES = {
+    _SCHEDULER + "executing.cooldown-after-rescaling": _SCHEDULER + "scaling-interval.min",
+    _SCHEDULER + "executing.resource-stabilization-timeout": _SCHEDULER + "resource-stabilization-timeout",
+    _SCHEDULER + "submission.resource-stabilization-timeout": _SCHEDULER + "resource-stabilization-timeout",
+    _SCHEDULER + "submission.resource-wait-timeout": _SCHEDULER + "resource-wait-timeout",
 }
 
 
@@ -151,8 +204,9 @@ class Config(Mapping[str, Any]):
             key = str(key).strip()
             if key.startswith("spark."):
                 self._spark[key] = str(value)
-            elif key in OPTIONS:
-                self._values[key] = None if value is None else OPTIONS[key].parse(key, value)
+            elif key in OPTIONS or key in ALIASES:
+                canonical = ALIASES.get(key, key)
+                self._values[canonical] = None if value is None else OPTIONS[canonical].parse(key, value)
             else:
                 raise ConfigError(_unknown_key_message(key))
 
