@@ -197,3 +197,14 @@ def test_stop_during_a_batch_is_not_a_failure(spark, tmp_path: Path) -> None:
     job.stop()
     job.await_termination()
     assert job.status == "stopped"
+
+
+def test_two_jobs_on_one_checkpoint_are_refused(spark, tmp_path: Path) -> None:
+    append(tmp_path / "log", events(100, 10, start=0, seed=1))
+    first = totals(tmp_path).start(checkpoint=str(tmp_path / "ckpt"))
+    try:
+        with pytest.raises(PlanError, match=r"ckpt is in use by another running job; stop it first"):
+            totals(tmp_path).start(checkpoint=str(tmp_path / "ckpt"))
+    finally:
+        first.stop()
+    totals(tmp_path).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)  # free again after stop()

@@ -39,7 +39,15 @@ from keyflow.plan.graph import JobGraph
 from keyflow.plan.restore import check_restorable, keyed_operators
 from keyflow.runtime.errors import translate
 from keyflow.runtime.executor import FrameBuilder, pipeline_session
-from keyflow.state.checkpoint import Checkpoint, CheckpointError, Manifest, StateFile, delta_depth, needed_files
+from keyflow.state.checkpoint import (
+    LOCK_FILE,
+    Checkpoint,
+    CheckpointError,
+    Manifest,
+    StateFile,
+    delta_depth,
+    needed_files,
+)
 from keyflow.state.durable import CheckpointedState
 
 if TYPE_CHECKING:
@@ -98,9 +106,17 @@ class StreamingJob:
         self._key_types_checked = False
         self.run_id = uuid.uuid4().hex
         self._nodes = _nodes_by_uid(pipeline.sinks)
-        self._prepare()
-        self.result = StreamingResult(self.plan, checkpoint)
-        self._query = self._start()
+        try:
+            self._held = self.checkpoint.acquire()
+        except CheckpointError as error:
+            raise PlanError(str(error)) from None
+        try:
+            self._prepare()
+            self.result = StreamingResult(self.plan, checkpoint)
+            self._query = self._start()
+        except BaseException:
+            Checkpoint.release(self._held)
+            raise
 
     # -- public handle ---------------------------------------------------------------------
     @property
@@ -142,6 +158,7 @@ class StreamingJob:
         again on restart), what is committed stays committed."""
         self._stopping = True
         self._query.stop()
+        Checkpoint.release(self._held)
 
     def _guard(self, action: Any) -> Any:
         try:
@@ -210,7 +227,7 @@ class StreamingJob:
 
     def _check_empty(self) -> None:
         selector = fs.FileSelector(self.checkpoint.root, allow_not_found=True)
-        if self.checkpoint.fs.get_file_info(selector):
+        if any(info.base_name != LOCK_FILE for info in self.checkpoint.fs.get_file_info(selector)):
             raise PlanError(
                 f"{self.checkpoint.uri} is not empty and has no keyflow plan.json, so it is not a keyflow "
                 "checkpoint; give an empty or new directory"
@@ -427,6 +444,8 @@ def run_streaming(
     try:
         job.await_termination()
     except KeyboardInterrupt:
+        pass
+    finally:
         job.stop()
     return job.result
 

@@ -16,6 +16,7 @@ key-group range, so any range can be restored from files written at any parallel
 
 from __future__ import annotations
 
+import fcntl
 import json
 import time
 import uuid
@@ -34,6 +35,7 @@ from keyflow.paths import exists, filesystem
 from keyflow.state.memory import KEY_GROUP_FIELD, KeyedStateStore
 
 FORMAT_VERSION = 1
+LOCK_FILE = ".keyflow.lock"
 KEYS_METADATA = b"keyflow.keys_in_range"
 
 
@@ -105,6 +107,30 @@ class Checkpoint:
         with self.fs.open_output_stream(temporary) as stream:
             stream.write(data)
         self.fs.move(temporary, target)
+
+    # -- one job at a time ------------------------------------------------------------------
+    def acquire(self) -> Any:
+        """Lock the checkpoint for this process (local filesystems; released by ``release`` or
+        when the process ends, even by SIGKILL). Raises CheckpointError if another job holds it."""
+        if not isinstance(self.fs, fs.LocalFileSystem):
+            return None  # object stores have no locks: run one job per checkpoint
+        self.fs.create_dir(self.root, recursive=True)
+        handle = open(self.path(LOCK_FILE), "a+")  # noqa: SIM115 - held for the job's lifetime
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise CheckpointError(
+                f"checkpoint {self.uri} is in use by another running job; stop it first, or give this job "
+                "another checkpoint directory"
+            ) from None
+        return handle
+
+    @staticmethod
+    def release(handle: Any) -> None:
+        if handle is not None and not handle.closed:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
 
     # -- plan and events ---------------------------------------------------------------------
     def read_plan(self) -> dict[str, Any] | None:
