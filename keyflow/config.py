@@ -58,6 +58,8 @@ _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0
 
 def parse_duration(key: str, value: Any) -> float:
     """Seconds from a Flink-style duration: ``30 s``, ``500 ms``, ``5 min``, ``1h`` (bare numbers: ms)."""
+    if str(value).strip().startswith("-"):
+        raise ConfigError(f"{key}={value!r} must not be negative")
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(value).lower())
     if isinstance(value, bool) or not match or match.group(2) not in (*_UNITS, ""):
         raise ConfigError(f"{key}={value!r} is not a duration; write e.g. '30 s', '500 ms' or '5 min'")
@@ -65,9 +67,7 @@ def parse_duration(key: str, value: Any) -> float:
 
 
 def _duration_text(key: str, value: Any) -> str:
-    """A valid, non-negative duration, kept as written (the scheduler reads it with its unit)."""
-    if str(value).strip().startswith("-"):
-        raise ConfigError(f"{key}={value!r} must not be negative")
+    """A valid duration, kept as written (the scheduler reads it with its unit)."""
     parse_duration(key, value)
     return str(value)
 

@@ -18,3 +18,10 @@ class PipelineError(KeyflowError):
 WORKER_ERROR_MARKER = "[keyflow] "
 """Prefix of errors raised inside Spark's Python workers, so the driver can find them in
 Spark's wrapped traceback and show just the message."""
+
+
+def positive_option(value: int | None, what: str) -> int | None:
+    """``value`` if it is None or a positive integer, else a PlanError naming ``what``."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise PlanError(f"{what}={value!r} is invalid; it must be a positive integer")
+    return value

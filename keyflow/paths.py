@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 from pathlib import Path
+from typing import IO
 
 from pyarrow import fs
 
@@ -17,3 +19,21 @@ def filesystem(path: str) -> tuple[fs.FileSystem, str]:
 
 def exists(filesystem_: fs.FileSystem, path: str) -> bool:
     return filesystem_.get_file_info(path).type != fs.FileType.NotFound
+
+
+def lock_file(path: str, wait: bool) -> IO[str] | None:
+    """An exclusive lock on a local file, held until ``unlock`` or the process ends (even by
+    SIGKILL); None if ``wait`` is False and another process or handle holds it."""
+    handle = open(path, "a+")  # noqa: SIM115 - the caller holds it as long as the lock
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def unlock(handle: IO[str] | None) -> None:
+    if handle is not None and not handle.closed:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()

@@ -6,7 +6,7 @@ Nodes only describe; ``keyflow.plan`` decides parallelism and exchanges, and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,3 +131,26 @@ def _function_name(function: Callable[..., Any] | None) -> str:
     if function is None:
         return "?"
     return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
+
+
+def upstream_nodes(roots: Iterable[Node]) -> list[Node]:
+    """Every node the roots depend on, inputs before consumers, each once."""
+    ordered: list[Node] = []
+    seen: set[int] = set()
+
+    def visit(node: Node) -> None:
+        if node.uid in seen:
+            return
+        seen.add(node.uid)
+        for upstream in node.inputs:
+            visit(upstream)
+        ordered.append(node)
+
+    for root in roots:
+        visit(root)
+    return ordered
+
+
+def source_nodes(roots: Iterable[Node]) -> list[SourceNode]:
+    """The sources the roots read from."""
+    return [node for node in upstream_nodes(roots) if isinstance(node, SourceNode)]

@@ -86,8 +86,7 @@ class Pipeline:
         job with exactly-once state and sinks in ``checkpoint`` (or ``state.checkpoints.dir``)
         that runs until interrupted, or with ``available_now`` until the data there now is done;
         ``on_batch`` is called with each committed micro-batch's metrics."""
-        checkpoint = checkpoint or self.config["state.checkpoints.dir"]
-        if checkpoint is None and not self.is_streaming():
+        if checkpoint is None and self.config["state.checkpoints.dir"] is None and not self.is_streaming():
             from keyflow.runtime.executor import run_pipeline
 
             return run_pipeline(self, self.plan())
@@ -101,11 +100,11 @@ class Pipeline:
         """Start a streaming run and return its handle (status, last batch, rescale, stop)."""
         from keyflow.runtime.streaming import StreamingJob
 
-        self.plan()
-        checkpoint = self._checkpoint(checkpoint or self.config["state.checkpoints.dir"])
-        return StreamingJob(self, checkpoint, False, on_batch)
+        return StreamingJob(self, self._checkpoint(checkpoint), False, on_batch)
 
     def _checkpoint(self, checkpoint: str | None) -> str:
+        """The checkpoint to run with: the argument, else ``state.checkpoints.dir``."""
+        checkpoint = checkpoint or self.config["state.checkpoints.dir"]
         if not self.sinks:
             self.plan()  # raises the no-sink error
         if checkpoint is None:
@@ -119,9 +118,7 @@ class Pipeline:
 
     def is_streaming(self) -> bool:
         """Whether the pipeline reads an unbounded source (so it runs as a stream)."""
-        from keyflow.runtime.streaming import source_nodes
-
-        return any(getattr(node.source, "unbounded", False) for node in source_nodes(self.sinks))
+        return any(getattr(node.source, "unbounded", False) for node in nodes.source_nodes(self.sinks))
 
     def collect(self, node: nodes.Node) -> pa.Table:
         from keyflow.plan.compile import compile_plan

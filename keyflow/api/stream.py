@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from keyflow.api import nodes
 from keyflow.api.state import StateDescriptor
-from keyflow.errors import PlanError
+from keyflow.errors import PlanError, positive_option
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -18,11 +18,7 @@ if TYPE_CHECKING:
 
 
 def check_parallelism_option(value: int | None, what: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PlanError(f"{what} parallelism={value!r} is invalid; it must be a positive integer")
-    return value
+    return positive_option(value, f"{what} parallelism")
 
 
 class Stream:

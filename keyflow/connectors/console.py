@@ -9,7 +9,17 @@ from rich.console import Console
 from rich.table import Table
 
 
-class ConsoleSink:
+class _Unpublished:
+    """A streaming sink with no files to publish: nothing to empty or roll back on restart."""
+
+    def reset(self) -> None:
+        return None
+
+    def discard_after(self, batch: int) -> None:
+        return None
+
+
+class ConsoleSink(_Unpublished):
     def __init__(self, rows: int = 20, title: str | None = None) -> None:
         self.rows, self.title = rows, title
 
@@ -23,12 +33,6 @@ class ConsoleSink:
             table.add_row(*[str(value) for value in row.values()])
         Console().print(table)
         return shown.num_rows
-
-    def reset(self) -> None:
-        return None
-
-    def discard_after(self, batch: int) -> None:
-        return None
 
     def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:
         """Print the micro-batch's first rows (a console cannot take output back). The whole
@@ -47,7 +51,7 @@ def console(rows: int = 20, title: str | None = None) -> ConsoleSink:
     return ConsoleSink(rows, title)
 
 
-class BlackholeSink:
+class BlackholeSink(_Unpublished):
     """Runs the pipeline and discards the rows (Flink's ``blackhole``): for benchmarks."""
 
     def describe(self) -> dict[str, Any]:
@@ -55,12 +59,6 @@ class BlackholeSink:
 
     def write(self, frame: DataFrame) -> None:
         frame.write.format("noop").mode("overwrite").save()
-
-    def reset(self) -> None:
-        return None
-
-    def discard_after(self, batch: int) -> None:
-        return None
 
     def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:
         from keyflow.connectors.files import counted_write

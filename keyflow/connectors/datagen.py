@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from keyflow.errors import PlanError
+from keyflow.errors import PlanError, positive_option
 
 _MANTISSA = (1 << 53) - 1
 
@@ -138,10 +138,7 @@ class DatagenSource:
             raise PlanError(f"datagen rows={rows!r} is invalid; it must be a non-negative integer")
         if rows_per_second is not None and (isinstance(rows_per_second, bool) or not rows_per_second > 0):
             raise PlanError(f"datagen rows_per_second={rows_per_second!r} is invalid; it must be a positive number")
-        if rows_per_batch is not None and (
-            isinstance(rows_per_batch, bool) or not isinstance(rows_per_batch, int) or rows_per_batch < 1
-        ):
-            raise PlanError(f"datagen rows_per_batch={rows_per_batch!r} is invalid; it must be a positive integer")
+        positive_option(rows_per_batch, "datagen rows_per_batch")
         if not fields:
             raise PlanError("datagen needs fields, e.g. fields={'user': zipf(10_000, prefix='user-')}")
         for name, field in fields.items():

@@ -8,7 +8,6 @@ write-then-rename, so a reader never sees half a segment; one writer per split.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import uuid
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from pyarrow import fs
 
 from keyflow.errors import PlanError
 from keyflow.keygroups import assign_to_key_groups
-from keyflow.paths import exists, filesystem
+from keyflow.paths import exists, filesystem, lock_file, unlock
 
 _META = "_log.json"
 
@@ -99,15 +98,11 @@ class Log:
 
     @contextmanager
     def _lock(self) -> Iterator[None]:
-        if not isinstance(self.fs, fs.LocalFileSystem):
+        handle = lock_file(f"{self.root}/_log.lock", wait=True) if isinstance(self.fs, fs.LocalFileSystem) else None
+        try:
             yield
-            return
-        with open(f"{self.root}/_log.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        finally:
+            unlock(handle)
 
     def read(self, split: int, first: int, last: int) -> Iterator[pa.RecordBatch]:
         """Records ``first..last-1`` of ``split``."""

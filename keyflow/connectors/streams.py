@@ -21,7 +21,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from keyflow.connectors.log import Log
-from keyflow.errors import PlanError
+from keyflow.errors import PlanError, positive_option
 
 
 class RowRangeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -169,10 +169,7 @@ class LogStreamSource:
     unbounded = True
 
     def __init__(self, path: str, rows_per_batch: int | None) -> None:
-        if rows_per_batch is not None and (
-            isinstance(rows_per_batch, bool) or not isinstance(rows_per_batch, int) or rows_per_batch < 1
-        ):
-            raise PlanError(f"log rows_per_batch={rows_per_batch!r} is invalid; it must be a positive integer")
+        positive_option(rows_per_batch, "log rows_per_batch")
         # Spark's Python workers run elsewhere: give them an absolute path.
         self.path = path if "://" in str(path) else str(Path(path).absolute())
         self.rows_per_batch = rows_per_batch

@@ -17,7 +17,7 @@ from keyflow.plan.graph import Edge, JobGraph, Operator, Partitioner, Vertex
 
 def compile_plan(roots: Iterable[nodes.Node], config: Config) -> JobGraph:
     """The job graph of everything ``roots`` (sinks, or a stream to collect) depend on."""
-    ordered = _topological(roots)
+    ordered = nodes.upstream_nodes(roots)
     default = config.default_parallelism()
     parallelism = {node.uid: node.parallelism or default for node in ordered}
     max_parallelism = _max_parallelism(ordered, parallelism, config)
@@ -106,21 +106,3 @@ def _max_parallelism(ordered: list[nodes.Node], parallelism: dict[int, int], con
                 f"{configured}; lower its parallelism to at most {configured} or raise pipeline.max-parallelism"
             )
     return int(configured)
-
-
-def _topological(roots: Iterable[nodes.Node]) -> list[nodes.Node]:
-    """Every node the roots depend on, inputs before consumers, each once."""
-    ordered: list[nodes.Node] = []
-    seen: set[int] = set()
-
-    def visit(node: nodes.Node) -> None:
-        if node.uid in seen:
-            return
-        seen.add(node.uid)
-        for upstream in node.inputs:
-            visit(upstream)
-        ordered.append(node)
-
-    for root in roots:
-        visit(root)
-    return ordered

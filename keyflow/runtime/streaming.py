@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 from keyflow.api import nodes
 from keyflow.errors import KeyflowError, PlanError
 from keyflow.keygroups import key_group_range
+from keyflow.paths import unlock
 from keyflow.plan.compile import compile_plan
 from keyflow.plan.graph import JobGraph
 from keyflow.plan.restore import check_restorable, keyed_operators
@@ -115,7 +116,7 @@ class StreamingJob:
             self.result = StreamingResult(self.plan, checkpoint)
             self._query = self._start()
         except BaseException:
-            Checkpoint.release(self._held)
+            unlock(self._held)
             raise
 
     # -- public handle ---------------------------------------------------------------------
@@ -158,7 +159,7 @@ class StreamingJob:
         again on restart), what is committed stays committed."""
         self._stopping = True
         self._query.stop()
-        Checkpoint.release(self._held)
+        unlock(self._held)
 
     def _guard(self, action: Any) -> Any:
         try:
@@ -173,7 +174,7 @@ class StreamingJob:
 
     # -- start and restore -----------------------------------------------------------------
     def _prepare(self) -> None:
-        sources = source_nodes(self.pipeline.sinks)
+        sources = nodes.source_nodes(self.pipeline.sinks)
         if len(sources) != 1 or not getattr(sources[0].source, "unbounded", False):
             raise PlanError(
                 "a streaming run (run(checkpoint=...)) needs exactly one unbounded source, e.g. "
@@ -276,13 +277,19 @@ class StreamingJob:
             )
         return writer.start()
 
+    def _fixed_by_first_run(self, field: str, value: Any) -> Any:
+        """What ``field`` was when the checkpoint's first run recorded it in plan.json (this
+        run records ``value`` if none did yet): facts later runs must not change."""
+        saved = self.checkpoint.read_plan() or {}
+        if field not in saved:
+            self.checkpoint.write_plan({**saved, field: value})
+            return value
+        return saved[field]
+
     def _check_source_schema(self, schema: str) -> None:
         """The source's columns are fixed by the first run (an inferred schema could drift)."""
-        saved = self.checkpoint.read_plan() or {}
-        recorded = saved.get("source_schema")
-        if recorded is None:
-            self.checkpoint.write_plan({**saved, "source_schema": schema})
-        elif recorded != schema:
+        recorded = self._fixed_by_first_run("source_schema", schema)
+        if recorded != schema:
             raise PlanError(
                 f"source {self._source.name!r} now reads {schema} but checkpoint {self.checkpoint.uri} was "
                 f"started with {recorded}; give the source that schema explicitly (files(..., schema=...)) "
@@ -316,7 +323,6 @@ class StreamingJob:
         plan = self.plan
         spark = frame.sparkSession
         spark.conf.set("spark.sql.shuffle.partitions", str(plan.default_parallelism))
-        self.checkpoint.discard_after(committed)
         backends = self._backends(batch, committed)
         observation = Observation()
         source = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
@@ -326,9 +332,9 @@ class StreamingJob:
         )  # fmt: skip
         try:
             if not self._key_types_checked:
-                self._check_key_types(
-                    {uid: builder.key_types(uid) for uid in backends if builder.frame(self._nodes[uid])}
-                )
+                for uid in backends:
+                    builder.frame(self._nodes[uid])  # lazy: builds the DataFrame, runs nothing
+                self._check_key_types({uid: builder.key_types(uid) for uid in backends})
             # Every sink consumes its input in full, so each keyed subtask runs to its end and
             # writes its state file once (operators read by several sinks are persisted).
             outputs: dict[str, int] = {}
@@ -374,19 +380,15 @@ class StreamingJob:
     def _check_key_types(self, current: dict[int, dict[str, str]]) -> None:
         """Key types are part of the state's identity (they decide the hash): the first
         micro-batch records them in plan.json, every restore must match them."""
-        saved = self.checkpoint.read_plan() or {}
-        recorded = saved.get("key_types")
         now = {str(uid): types for uid, types in current.items()}
-        if recorded is None:
-            self.checkpoint.write_plan({**saved, "key_types": now})
-        else:
-            for uid, types in now.items():
-                if uid in recorded and recorded[uid] != types:
-                    raise PlanError(
-                        f"operator {self._nodes[int(uid)].name!r}: key columns are now {types} but checkpoint "
-                        f"{self.checkpoint.uri} holds state keyed by {recorded[uid]}; the same keys would hash to "
-                        "other key groups. Cast the keys back to those types, or start a new checkpoint"
-                    )
+        recorded = self._fixed_by_first_run("key_types", now)
+        for uid, types in now.items():
+            if uid in recorded and recorded[uid] != types:
+                raise PlanError(
+                    f"operator {self._nodes[int(uid)].name!r}: key columns are now {types} but checkpoint "
+                    f"{self.checkpoint.uri} holds state keyed by {recorded[uid]}; the same keys would hash to "
+                    "other key groups. Cast the keys back to those types, or start a new checkpoint"
+                )
         self._key_types_checked = True
 
     def _backends(self, batch: int, committed: int) -> dict[int, CheckpointedState]:
@@ -474,19 +476,8 @@ def _round_trip(plan: JobGraph) -> JobGraph:
     return JobGraph.from_dict(json.loads(plan.to_json()))
 
 
-def source_nodes(sinks: list[nodes.SinkNode]) -> list[nodes.SourceNode]:
-    return [node for node in _nodes_by_uid(sinks).values() if isinstance(node, nodes.SourceNode)]
-
-
 def _nodes_by_uid(sinks: list[nodes.SinkNode]) -> dict[int, nodes.Node]:
-    found: dict[int, nodes.Node] = {}
-    pending: list[nodes.Node] = list(sinks)
-    while pending:
-        node = pending.pop()
-        if node.uid not in found:
-            found[node.uid] = node
-            pending.extend(node.inputs)
-    return dict(sorted(found.items()))
+    return {node.uid: node for node in sorted(nodes.upstream_nodes(sinks), key=lambda node: node.uid)}
 
 
 def _fault(point: str, batch: int) -> None:

@@ -88,8 +88,6 @@ class SchedulerConfig:
             if name not in values:
                 return default
             key, value = values[name]
-            if str(value).strip().startswith("-"):
-                raise ConfigError(f"{key}={value!r} must not be negative")
             return parse_duration(key, value)
 
         increase = values.get("min-parallelism-increase")

@@ -16,7 +16,6 @@ key-group range, so any range can be restored from files written at any parallel
 
 from __future__ import annotations
 
-import fcntl
 import json
 import time
 import uuid
@@ -31,7 +30,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs
 
 from keyflow.errors import KeyflowError
-from keyflow.paths import exists, filesystem
+from keyflow.paths import exists, filesystem, lock_file
 from keyflow.state.memory import KEY_GROUP_FIELD, KeyedStateStore
 
 FORMAT_VERSION = 1
@@ -115,22 +114,13 @@ class Checkpoint:
         if not isinstance(self.fs, fs.LocalFileSystem):
             return None  # object stores have no locks: run one job per checkpoint
         self.fs.create_dir(self.root, recursive=True)
-        handle = open(self.path(LOCK_FILE), "a+")  # noqa: SIM115 - held for the job's lifetime
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
+        handle = lock_file(self.path(LOCK_FILE), wait=False)
+        if handle is None:
             raise CheckpointError(
                 f"checkpoint {self.uri} is in use by another running job; stop it first, or give this job "
                 "another checkpoint directory"
-            ) from None
+            )
         return handle
-
-    @staticmethod
-    def release(handle: Any) -> None:
-        if handle is not None and not handle.closed:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            handle.close()
 
     # -- plan and events ---------------------------------------------------------------------
     def read_plan(self) -> dict[str, Any] | None:
@@ -209,14 +199,19 @@ class Checkpoint:
             self.fs.delete_file(self.path(f"manifests/{version:010d}.json"))
         oldest_kept = kept[0]
         selector = fs.FileSelector(self.path("state"), recursive=True, allow_not_found=True)
+        remaining: dict[str, int] = {}  # version directory -> files it keeps
         for info in self.fs.get_file_info(selector):
-            relative = info.path[len(self.root) + 1 :]
-            if info.type == fs.FileType.File and relative not in used and _version_of(relative) < oldest_kept:
+            if info.type != fs.FileType.File:
+                continue
+            directory, relative = info.path.rsplit("/", 1)[0], info.path[len(self.root) + 1 :]
+            if relative not in used and _version_of(relative) < oldest_kept:
                 self.fs.delete_file(info.path)
-        for info in self.fs.get_file_info(selector):
-            is_version = info.type == fs.FileType.Directory and info.base_name.startswith("v-")
-            if is_version and not self.fs.get_file_info(fs.FileSelector(info.path)):
-                self.fs.delete_dir(info.path)
+                remaining.setdefault(directory, 0)
+            else:
+                remaining[directory] = remaining.get(directory, 0) + 1
+        for directory, files in remaining.items():
+            if not files:
+                self.fs.delete_dir(directory)
         return dropped
 
 

@@ -13,12 +13,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
 from keyflow.api.state import StateDescriptor
 from keyflow.errors import WORKER_ERROR_MARKER
 from keyflow.state.checkpoint import Checkpoint, StateFile, can_catch_up, restore, write_state_file
-from keyflow.state.memory import KEY_GROUP_FIELD, KeyedStateStore
+from keyflow.state.memory import KeyedStateStore
 
 
 class MemoryState:
@@ -68,7 +67,7 @@ class CheckpointedState:
             if entry.first == first and entry.last == last:
                 store = entry.store
             else:
-                store.upsert(_in_range(entry.store, lo, hi))
+                store.upsert(entry.store.to_table(entry.store.live_slots_in(lo, hi)))
             covered[lo - first : hi - first + 1] = True
         for lo, hi in _gaps(covered, first):
             restore(checkpoint, files, lo, hi, store, self.max_parallelism)
@@ -87,12 +86,6 @@ class CheckpointedState:
         checkpoint = Checkpoint(self.checkpoint_uri)
         write_state_file(checkpoint, self.uid, self.version, kind, first, last, table, len(live))
         _CACHE.put((self.checkpoint_id, self.uid), self.run_id, _Entry(first, last, self.version, store))
-
-
-def _in_range(store: KeyedStateStore, first: int, last: int) -> pa.Table:
-    table = store.to_table(store.live_slots())
-    key_groups = table.column(KEY_GROUP_FIELD).to_numpy()
-    return table.filter(pa.array((key_groups >= first) & (key_groups <= last)))
 
 
 def _gaps(covered: np.ndarray, first: int) -> list[tuple[int, int]]:

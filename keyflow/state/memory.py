@@ -189,6 +189,12 @@ class KeyedStateStore:
     def all_slots(self) -> Slots:
         return np.arange(len(self), dtype=np.int64)
 
+    def live_slots_in(self, first: int, last: int) -> Slots:
+        """Live slots whose key group is in ``first..last``."""
+        live = self.live_slots()
+        key_groups = self._key_groups[live]
+        return live[(key_groups >= first) & (key_groups <= last)]
+
     def live_slots(self) -> Slots:
         """Slots with at least one state set (a cleared key keeps its slot, with nulls)."""
         live = np.zeros(len(self), dtype=bool)
