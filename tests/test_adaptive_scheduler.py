@@ -219,3 +219,11 @@ def test_pipeline_configuration_feeds_the_scheduler() -> None:
     assert (scheduler_config.scaling_interval_min, scheduler_config.min_parallelism_increase) == (45, 2)
     with pytest.raises(ConfigError, match=r"resource-wait-timeout='-1 min' must not be negative"):
         Config({"jobmanager.adaptive-scheduler.submission.resource-wait-timeout": "-1 min"})
+
+
+def test_inputs_the_state_machine_refuses() -> None:
+    scheduler, _ = running()
+    with pytest.raises(ValueError, match=r"start needs state Created, the scheduler is Executing"):
+        scheduler.start()
+    with pytest.raises(ValueError, match=r"available_slots=-1 must not be negative"):
+        scheduler.on_resources(-1)

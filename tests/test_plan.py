@@ -112,3 +112,15 @@ def test_default_parallelism_comes_from_the_local_master() -> None:
     p = Pipeline(config={"spark.master": "local[3]"})
     clicks(p).sink(console())
     assert p.plan().default_parallelism == 3
+
+
+def test_restore_refuses_another_key_hash() -> None:
+    import dataclasses
+
+    from keyflow.plan.restore import check_restorable
+
+    p = Pipeline(parallelism=2)
+    p.source(datagen(rows=10, fields={"k": sequence()})).key_by("k").aggregate(n="count(*)").sink(console())
+    saved = p.plan()
+    with pytest.raises(PlanError, match=r"written with key hash 'flink', this pipeline uses 'spark'.*same hash"):
+        check_restorable(dataclasses.replace(saved, key_hash="flink"), saved, None, False, "ckpt")

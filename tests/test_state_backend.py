@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 
 from keyflow import ValueState
 from keyflow.keygroups import assign_to_key_groups, key_group_range
-from keyflow.state.checkpoint import Checkpoint, Manifest, delta_depth, needed_files, restore, write_state_file
+from keyflow.state.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    Manifest,
+    delta_depth,
+    needed_files,
+    restore,
+    write_state_file,
+)
 from keyflow.state.durable import CheckpointedState
 from keyflow.state.memory import KeyedStateStore, KeyIndex
 
@@ -194,3 +202,11 @@ def test_a_checkpoint_workers_cannot_see_is_an_error(tmp_path: Path) -> None:
     backend = CheckpointedState(str(tmp_path / "elsewhere"), "id", "run", "1", -1, 0, (), frozenset(), K)
     with pytest.raises(RuntimeError, match=r"elsewhere is not visible from Spark's workers; on a cluster put"):
         backend.open(STATE, 0, 0, K - 1)
+
+
+def test_a_manifest_of_another_format_is_refused(tmp_path: Path) -> None:
+    checkpoint = new_checkpoint(tmp_path)
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / "0000000000.json").write_text('{"format_version": 99}')
+    with pytest.raises(CheckpointError, match=r"0000000000.json has an unknown format; it was written by another"):
+        checkpoint.latest()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from keyflow import Pipeline, PlanError, datagen, files, log, parquet, random_int
+from keyflow import KeyflowError, Pipeline, PlanError, datagen, files, log, parquet, random_int
 from tests.streams import TOTAL_SCHEMA, TOTAL_STATE, append, config, events, running_total
 
 
@@ -208,3 +208,42 @@ def test_two_jobs_on_one_checkpoint_are_refused(spark, tmp_path: Path) -> None:
     finally:
         first.stop()
     totals(tmp_path).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)  # free again after stop()
+
+
+def test_more_bad_inputs(spark, tmp_path: Path) -> None:
+    import threading
+
+    from keyflow import ConfigError
+
+    append(tmp_path / "log", events(10, 2, start=0, seed=1))
+    with pytest.raises(PlanError, match=r"log rows_per_batch=0 is invalid; it must be a positive integer"):
+        log(str(tmp_path / "log"), rows_per_batch=0)
+    with pytest.raises(PlanError, match=r"datagen rows_per_batch=True is invalid"):
+        datagen(rows_per_second=10, rows_per_batch=True, fields={"k": random_int(1, 3)})
+    with pytest.raises(ConfigError, match=r"execution.state-recovery.ignore-unclaimed-state='yes' is invalid; use"):
+        Pipeline(config={"execution.state-recovery.ignore-unclaimed-state": "yes"})
+
+    job = totals(tmp_path).start(checkpoint=str(tmp_path / "ckpt"))
+    try:
+        with pytest.raises(PlanError, match=r"rescale\(0\): parallelism must be a positive integer"):
+            job.rescale(0)
+    finally:
+        job.stop()
+
+    endless = Pipeline(config=config(1))
+    endless.source(datagen(rows_per_second=10, fields={"k": random_int(1, 3)})).sink(parquet(tmp_path / "o1"))
+    with pytest.raises(KeyflowError, match=r"datagen without rows= never ends; give rows=N"):
+        endless.run(checkpoint=str(tmp_path / "c1"), available_now=True)
+
+    lock = threading.Lock()
+
+    def holds_a_lock(batch, state):
+        with lock:
+            return running_total(batch, state)
+
+    unpicklable = Pipeline(config=config(1))
+    unpicklable.source(log(str(tmp_path / "log"))).key_by("user").process(
+        holds_a_lock, TOTAL_SCHEMA, state=TOTAL_STATE, name="locked"
+    ).sink(parquet(tmp_path / "o2"))
+    with pytest.raises(KeyflowError, match=r"operator 'locked': its function cannot be sent to Spark's Python workers"):
+        unpicklable.run(checkpoint=str(tmp_path / "c2"), available_now=True)
