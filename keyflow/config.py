@@ -136,6 +136,14 @@ OPTIONS: dict[str, Option] = {
             "would be read to restore it (bounds restore cost).",
         ),
         Option(
+            "jobmanager.scheduler",
+            _choice("default", "adaptive"),
+            "default",
+            "Streaming: adaptive follows the executor cores Spark has (parallelism = min(cores, "
+            "parallelism.default if set, max parallelism)) with the cooldown below; default keeps the "
+            "parallelism fixed.",
+        ),
+        Option(
             "jobmanager.adaptive-scheduler.scaling-interval.min",
             _duration_text,
             "30 s",

@@ -38,6 +38,7 @@ from keyflow.paths import unlock
 from keyflow.plan.compile import compile_plan
 from keyflow.plan.graph import JobGraph
 from keyflow.plan.restore import check_restorable, keyed_operators
+from keyflow.runtime.autoscale import Autoscaler
 from keyflow.runtime.errors import translate
 from keyflow.runtime.executor import FrameBuilder, pipeline_session
 from keyflow.state.checkpoint import (
@@ -107,6 +108,7 @@ class StreamingJob:
         self._key_types_checked = False
         self.run_id = uuid.uuid4().hex
         self._nodes = _nodes_by_uid(pipeline.sinks)
+        self._autoscaler: Autoscaler | None = None
         try:
             self._held = self.checkpoint.acquire()
         except CheckpointError as error:
@@ -115,7 +117,9 @@ class StreamingJob:
             self._prepare()
             self.result = StreamingResult(self.plan, checkpoint)
             self._query = self._start()
-        except BaseException:
+        except BaseException as error:
+            if self._autoscaler is not None:
+                self._autoscaler.close("failed", error)
             unlock(self._held)
             raise
 
@@ -134,8 +138,19 @@ class StreamingJob:
     def last_batch(self) -> BatchMetrics | None:
         return self.result.batches[-1] if self.result.batches else None
 
+    @property
+    def scheduler_state(self) -> str | None:
+        """The adaptive scheduler's state (``jobmanager.scheduler=adaptive``), else None."""
+        return str(self._autoscaler.scheduler.state) if self._autoscaler is not None else None
+
     def rescale(self, parallelism: int, reason: str = "manual") -> None:
         """Run from the next micro-batch on at ``parallelism``; state is not moved or rewritten."""
+        if self._autoscaler is not None:
+            raise PlanError(
+                "rescale() with jobmanager.scheduler=adaptive: the adaptive scheduler sets the parallelism "
+                "from the executor cores; restart with parallelism.default=N (its upper bound) or with "
+                "jobmanager.scheduler=default to choose it yourself"
+            )
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise PlanError(f"rescale({parallelism!r}): parallelism must be a positive integer")
         if parallelism > self.plan.max_parallelism:
@@ -157,8 +172,12 @@ class StreamingJob:
     def stop(self) -> None:
         """Stop now; a micro-batch that is running is cancelled and not committed (it runs
         again on restart), what is committed stays committed."""
+        ended = not self._query.isActive
         self._stopping = True
         self._query.stop()
+        if self._autoscaler is not None:
+            outcome = "failed" if self._error is not None else "finished" if ended else "canceled"
+            self._autoscaler.close(outcome, self._error)
         unlock(self._held)
 
     def _guard(self, action: Any) -> Any:
@@ -184,6 +203,8 @@ class StreamingJob:
         self._source = sources[0]
         saved = self.checkpoint.read_plan()
         config = self.pipeline.config
+        if config["jobmanager.scheduler"] == "adaptive" and config["parallelism.default"] is None:
+            config = config.merged({"parallelism.default": 1})  # a placeholder: the scheduler decides at start
         if saved is None:
             self._check_empty()
             self.plan = compile_plan(self.pipeline.sinks, config)
@@ -262,6 +283,13 @@ class StreamingJob:
 
     def _start(self) -> Any:
         spark = pipeline_session(self.pipeline, self.plan)
+        self._autoscaler = Autoscaler.from_config(
+            self.pipeline.config, spark.sparkContext, self.plan.max_parallelism, self.checkpoint, self.run_id
+        )
+        if self._autoscaler is not None:  # like Flink: wait for resources, then run at what is there
+            parallelism = self._autoscaler.wait_until_executing()
+            if parallelism != self.plan.default_parallelism:
+                self._replan(parallelism, "adaptive scheduler: start")
         operator = self.plan.operator(self._source.uid)
         stream = self._guard_plan(lambda: self._source.source.read_stream(spark, operator.parallelism))
         self._check_source_schema(stream.schema.simpleString())
@@ -275,7 +303,15 @@ class StreamingJob:
             writer = writer.trigger(
                 processingTime=f"{self.pipeline.config['execution.checkpointing.interval']} seconds"
             )
-        return writer.start()
+        query = writer.start()
+        if self._autoscaler is not None:
+            self._autoscaler.start_polling(self._scheduler_failed)
+        return query
+
+    def _scheduler_failed(self, error: Exception) -> None:
+        """No executor cores for the resource-wait timeout: the job stops with that error."""
+        self._error = error
+        self._query.stop()
 
     def _fixed_by_first_run(self, field: str, value: Any) -> Any:
         """What ``field`` was when the checkpoint's first run recorded it in plan.json (this
@@ -309,7 +345,7 @@ class StreamingJob:
         try:
             self._batch(frame, batch)
         except BaseException as error:
-            if not self._stopping:
+            if not self._stopping and self._error is None:
                 self._error = error if isinstance(error, KeyflowError) else translate(error, f"in micro-batch {batch}")
             raise
 
@@ -319,7 +355,13 @@ class StreamingJob:
             return  # committed before a crash; Spark replays it because its own commit was lost
         started = time.perf_counter()
         _fault("start", batch)
-        self._apply_rescale(batch)
+        if self._autoscaler is not None:
+            self._autoscaler.poll()
+            decided = self._autoscaler.decision()
+            if decided is not None and decided[0] != self.plan.default_parallelism:
+                with self._lock:
+                    self._requested = decided
+        self._apply_rescale()
         plan = self.plan
         spark = frame.sparkSession
         spark.conf.set("spark.sql.shuffle.partitions", str(plan.default_parallelism))
@@ -408,20 +450,21 @@ class StreamingJob:
             )  # fmt: skip
         return backends
 
-    def _apply_rescale(self, batch: int) -> None:
+    def _apply_rescale(self) -> None:
         with self._lock:
             requested, self._requested = self._requested, None
-        if requested is None or requested[0] == self.plan.default_parallelism:
-            return
-        parallelism, reason = requested
-        before = self.plan.default_parallelism
+        if requested is not None and requested[0] != self.plan.default_parallelism:
+            self._replan(*requested)
+
+    def _replan(self, parallelism: int, reason: str) -> None:
         config = self.pipeline.config.merged(
             {"parallelism.default": parallelism, "pipeline.max-parallelism": self.plan.max_parallelism}
         )
         self.plan = _round_trip(compile_plan(self.pipeline.sinks, config))
         self.result.plan = self.plan
-        committed_at = self._manifest.parallelism if self._manifest else before
-        self._pending_event = _rescale_event(committed_at, parallelism, reason)
+        committed_at = self._manifest.parallelism if self._manifest else parallelism  # no state yet: no rescale
+        changed = committed_at != parallelism
+        self._pending_event = _rescale_event(committed_at, parallelism, reason) if changed else None
 
 
 def _rescale_event(before: int, after: int, reason: str) -> dict[str, Any]:

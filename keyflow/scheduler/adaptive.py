@@ -116,6 +116,7 @@ class Decision:
     parallelism_from: int
     parallelism_to: int
     reason: str
+    due: float | None = None  # a scheduled rescale: when it is due
 
 
 @dataclass
@@ -184,6 +185,11 @@ class AdaptiveScheduler:
         self._move(State.CANCELING, self.parallelism, "cancel requested")
         self._move(State.FINISHED, self.parallelism, "job canceled")
 
+    def fail(self, error: object) -> None:
+        """A failure the job does not recover from (it stops): Failing, then Finished."""
+        self._move(State.FAILING, self.parallelism, f"failure: {error}")
+        self._move(State.FINISHED, self.parallelism, "job failed")
+
     # -- transitions -----------------------------------------------------------------------
     def _wait(self, now: float) -> None:
         target = self.desired()
@@ -209,7 +215,7 @@ class AdaptiveScheduler:
         if self.config.scaling_interval_max is not None:
             due = min(due, self._last_rescale + self.config.scaling_interval_max)
         self._due = due
-        self._record(self.state, self.parallelism, f"new resources during cooldown: rescale scheduled at {due:g}")
+        self._record(self.state, self.parallelism, "new resources during cooldown: rescale scheduled", due)
 
     def _rescale(self, now: float, reason: str) -> None:
         target = self.desired()
@@ -229,6 +235,7 @@ class AdaptiveScheduler:
                 self.state,
                 self.parallelism,
                 f"increase {increase} is below min-parallelism-increase {self.config.min_parallelism_increase}",
+                self._due,
             )
 
     def _change(self, now: float, parallelism: int, reason: str) -> None:
@@ -253,8 +260,8 @@ class AdaptiveScheduler:
         before, self.state, self.parallelism = self.parallelism, state, parallelism
         self.events.append(Decision(self.clock(), state, self.available, before, parallelism, reason))
 
-    def _record(self, state: State, parallelism: int, reason: str) -> None:
-        self.events.append(Decision(self.clock(), state, self.available, parallelism, parallelism, reason))
+    def _record(self, state: State, parallelism: int, reason: str, due: float | None = None) -> None:
+        self.events.append(Decision(self.clock(), state, self.available, parallelism, parallelism, reason, due))
 
     def _require(self, state: State, action: str) -> None:
         if self.state is not state:

@@ -6,6 +6,7 @@ Layout under the checkpoint directory (any ``pyarrow.fs`` filesystem)::
     manifests/0000000007.json      one per committed version; written last, atomically
     state/op-3/v-0000000007/delta-00000-13859.parquet
     events.jsonl                   rescales and restores
+    scheduler.jsonl                the adaptive scheduler's slots and decisions (if it runs)
     source/                        Spark's own offsets for the streaming source
 
 A state file holds the keys one subtask changed in one version (``delta``) or all keys
@@ -130,9 +131,13 @@ class Checkpoint:
         self.write_atomically("plan.json", json.dumps(plan, indent=1).encode())
 
     def append_event(self, event: dict[str, Any]) -> None:
-        """Events are rare (rescales, restores): rewrite the whole log atomically."""
-        lines = self.read_text("events.jsonl") if self.exists("events.jsonl") else ""
-        self.write_atomically("events.jsonl", (lines + json.dumps(event) + "\n").encode())
+        self.append_lines("events.jsonl", [json.dumps(event)])
+
+    def append_lines(self, name: str, lines: list[str]) -> None:
+        """Logs here change rarely (rescales, scheduler decisions): rewrite the file atomically,
+        which works on object stores too."""
+        text = self.read_text(name) if self.exists(name) else ""
+        self.write_atomically(name, (text + "".join(line + "\n" for line in lines)).encode())
 
     def events(self) -> list[dict[str, Any]]:
         if not self.exists("events.jsonl"):

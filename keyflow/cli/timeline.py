@@ -1,0 +1,109 @@
+"""``keyflow timeline DIR [--png FILE]``: what the adaptive scheduler saw and decided."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from keyflow.cli.errors import user_errors
+from keyflow.errors import PlanError
+from keyflow.scheduler.timeline import LOG_FILE, Run
+from keyflow.scheduler.timeline import timeline as read_timeline
+from keyflow.state.checkpoint import Checkpoint
+
+WINDOW_STYLE = {
+    "cooldown": {"color": "tab:orange", "alpha": 0.18, "label": "cooldown (scaling-interval.min)"},
+    "scheduled": {"color": "tab:purple", "alpha": 0.18, "label": "rescale scheduled", "hatch": "//"},
+    "waiting": {"color": "tab:red", "alpha": 0.15, "label": "waiting for resources"},
+}
+
+
+def timeline(
+    directory: Annotated[str, typer.Argument(help="Checkpoint directory or URI of an adaptive job.")],
+    png: Annotated[str | None, typer.Option("--png", help="Also draw the timeline to this PNG file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw log records as JSON lines.")] = False,
+) -> None:
+    """Slots, parallelism and every decision of the adaptive scheduler, per run."""
+    with user_errors():
+        records = _records(Checkpoint(directory))
+        runs = read_timeline(records)
+    if as_json:
+        for record in records:
+            typer.echo(json.dumps(record))
+    else:
+        _print(runs)
+    if png:
+        draw(runs, png, title=f"adaptive scheduler — {directory}")
+        typer.echo(f"wrote {png}")
+
+
+def _records(checkpoint: Checkpoint) -> list[dict[str, Any]]:
+    if not checkpoint.exists(LOG_FILE):
+        raise PlanError(
+            f"{checkpoint.uri} has no {LOG_FILE}: no run on this checkpoint used the adaptive scheduler "
+            "(run with --conf jobmanager.scheduler=adaptive)"
+        )
+    return [json.loads(line) for line in checkpoint.read_text(LOG_FILE).splitlines() if line.strip()]
+
+
+def _print(runs: list[Run]) -> None:
+    console = Console(highlight=False)
+    origin = runs[0].start if runs else 0.0
+    for number, run in enumerate(runs, 1):
+        started = datetime.fromtimestamp(run.start, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        table = Table("t (s)", "state", "slots", "parallelism", "reason", title=f"run {number}, started {started}")
+        for decision in run.decisions:
+            change = f"{decision['from']} → {decision['to']}" if decision["from"] != decision["to"] else decision["to"]
+            reason = decision["reason"]
+            if decision.get("due") is not None:
+                reason += f" (due at t={decision['due'] - origin:.1f} s)"
+            table.add_row(f"{decision['time'] - origin:.1f}", decision["state"], str(decision["slots"]), str(change),
+                          reason)  # fmt: skip
+        console.print(table)
+
+
+def draw(runs: list[Run], path: str, title: str) -> None:
+    """Slots and parallelism as steps over seconds since the first run; windows shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    origin = runs[0].start if runs else 0.0
+    figure, axes = plt.subplots(figsize=(11, 4.5))
+    labelled: set[str] = set()
+
+    def label(name: str) -> str | None:
+        first = name not in labelled
+        labelled.add(name)
+        return name if first else None
+
+    for run in runs:
+        for window in run.windows:
+            style = dict(WINDOW_STYLE[window.kind])
+            name = str(style.pop("label"))
+            axes.axvspan(window.start - origin, window.end - origin, label=label(name), linewidth=0, **style)
+        for series, style, name in (
+            (run.slots, {"color": "grey", "linestyle": "--"}, "available slots (executor cores)"),
+            (run.parallelism, {"color": "tab:blue", "linewidth": 2.2}, "parallelism"),
+        ):
+            if series:
+                times = [t - origin for t, _ in series] + [run.end - origin]
+                values = [v for _, v in series] + [series[-1][1]]
+                axes.step(times, values, where="post", label=label(name), **style)  # type: ignore[arg-type]
+        axes.axvline(run.start - origin, color="black", linewidth=0.8, linestyle=":", label=label("run start"))
+    axes.set_xlabel("seconds since the first run started")
+    axes.set_ylabel("slots / parallelism")
+    axes.yaxis.get_major_locator().set_params(integer=True)
+    axes.set_ylim(bottom=0)
+    axes.set_title(title)
+    axes.legend(loc="upper left", fontsize="small", framealpha=0.9)
+    axes.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,150 @@
+"""The adaptive scheduler on Spark: executor cores in, parallelism decisions out.
+
+A daemon thread samples the cores Spark's scheduler backend holds (local: the ``local[N]``
+cores; standalone, YARN, Kubernetes: the cores of registered executors) twice a second, and
+the streaming driver samples again at every micro-batch boundary, where it applies the
+scheduler's parallelism with the live rescale. Every change of slots and every decision is
+appended to ``scheduler.jsonl`` next to the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pyspark import SparkContext
+
+from keyflow.config import Config
+from keyflow.errors import PlanError
+from keyflow.scheduler.adaptive import AdaptiveScheduler, SchedulerConfig, State
+from keyflow.scheduler.timeline import LOG_FILE, decision_record, resources_record, start_record
+from keyflow.state.checkpoint import Checkpoint
+
+POLL_SECONDS = 0.5
+
+
+class SparkSlots:
+    """Executor cores and executor ids, read from the driver's scheduler backend over py4j."""
+
+    def __init__(self, context: SparkContext) -> None:
+        self._context = context._jsc.sc()  # type: ignore[union-attr]
+
+    def sample(self) -> tuple[int, frozenset[str]]:
+        backend = self._context.schedulerBackend()
+        executors = frozenset(filter(None, self._context.getExecutorIds().mkString(",").split(",")))
+        name = backend.getClass().getSimpleName()
+        if name == "LocalSchedulerBackend":
+            return int(backend.totalCores()), frozenset({"driver"})
+        return int(backend.totalCoreCount()), executors
+
+
+class Autoscaler:
+    """Feeds Spark's slots to an :class:`AdaptiveScheduler` and logs what it decides."""
+
+    def __init__(
+        self,
+        scheduler: AdaptiveScheduler,
+        slots: Callable[[], tuple[int, frozenset[str]]],
+        checkpoint: Checkpoint,
+        run_id: str,
+    ) -> None:
+        self.scheduler, self._slots, self._checkpoint = scheduler, slots, checkpoint
+        self._lock = threading.RLock()
+        self._executors: frozenset[str] = frozenset()
+        self._logged = 0
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._write([start_record(scheduler.clock(), scheduler.config, run_id)])
+
+    @staticmethod
+    def from_config(
+        config: Config, context: SparkContext, max_parallelism: int, checkpoint: Checkpoint, run_id: str
+    ) -> Autoscaler | None:
+        """An autoscaler if ``jobmanager.scheduler`` is ``adaptive``; the configured parallelism
+        (if any) is its upper bound."""
+        if config["jobmanager.scheduler"] != "adaptive":
+            return None
+        options = SchedulerConfig.from_options(config, max_parallelism, config["parallelism.default"])
+        return Autoscaler(AdaptiveScheduler(options, time.time), SparkSlots(context).sample, checkpoint, run_id)
+
+    def wait_until_executing(self) -> int:
+        """Block until the scheduler first runs the job (resources stable or all there); its parallelism."""
+        with self._lock:
+            self.scheduler.start()
+        while True:
+            state = self.poll()
+            if state is State.EXECUTING:
+                return self.scheduler.parallelism
+            if state in (State.FAILING, State.FINISHED):
+                raise self.failure()
+            time.sleep(POLL_SECONDS / 5)
+
+    def start_polling(self, on_failure: Callable[[Exception], None]) -> None:
+        def loop() -> None:
+            while not self._stopped.wait(POLL_SECONDS):
+                if self.poll() in (State.FAILING, State.FINISHED):
+                    on_failure(self.failure())
+                    return
+
+        self._thread = threading.Thread(target=loop, name="keyflow-autoscaler", daemon=True)
+        self._thread.start()
+
+    def poll(self) -> State:
+        """Sample the slots, advance the timers, log what changed; the scheduler's state."""
+        with self._lock:
+            if self.scheduler.state is State.FINISHED:
+                return State.FINISHED
+            slots, executors = self._slots()
+            records = self._new_decisions()  # from calls since the last poll (start, a batch's failure)
+            if executors != self._executors or slots != self.scheduler.available:
+                added, lost = sorted(executors - self._executors), sorted(self._executors - executors)
+                records.append(resources_record(self.scheduler.clock(), slots, added, lost))
+                self._executors = executors
+                self.scheduler.on_resources(slots)
+            self.scheduler.tick()
+            self._write(records + self._new_decisions())
+            return self.scheduler.state
+
+    def decision(self) -> tuple[int, str] | None:
+        """While Executing: the parallelism to run at and why (the latest change's reason)."""
+        with self._lock:
+            if self.scheduler.state is not State.EXECUTING:
+                return None
+            changes = [e for e in self.scheduler.events if e.parallelism_to != e.parallelism_from]
+            reason = changes[-1].reason if changes else self.scheduler.events[-1].reason
+            return self.scheduler.parallelism, f"adaptive scheduler: {reason}"
+
+    def failure(self) -> Exception:
+        timeout = self.scheduler.config.resource_wait_timeout
+        return PlanError(
+            f"the adaptive scheduler found no executor cores for {timeout:g} s "
+            "(jobmanager.adaptive-scheduler.resource-wait-timeout); the job stopped with its last checkpoint "
+            "intact. Check that the cluster has workers and restart, or raise the timeout"
+        )
+
+    def close(self, outcome: str, error: object = None) -> None:
+        """The job ended: ``finished``, ``canceled`` or ``failed``; the thread stops."""
+        self._stopped.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            if self.scheduler.state is not State.FINISHED:
+                if outcome == "failed":
+                    self.scheduler.fail(error)
+                elif outcome == "canceled":
+                    self.scheduler.cancel()
+                else:
+                    self.scheduler.finish()
+            self._write(self._new_decisions())
+
+    def _new_decisions(self) -> list[dict[str, Any]]:
+        events = self.scheduler.events[self._logged :]
+        self._logged = len(self.scheduler.events)
+        return [decision_record(event) for event in events]
+
+    def _write(self, records: list[dict[str, Any]]) -> None:
+        if records:
+            self._checkpoint.append_lines(LOG_FILE, [json.dumps(record) for record in records])
