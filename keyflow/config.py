@@ -252,6 +252,8 @@ class Config(Mapping[str, Any]):
             return (os.cpu_count() or 1) if cores in (None, "*") else int(cores)
         if "spark.default.parallelism" in self._spark:
             return _positive_int("spark.default.parallelism", self._spark["spark.default.parallelism"])
+        if self._values["jobmanager.scheduler"] == "adaptive":
+            return 1  # until the adaptive scheduler, at start, sets it from the executor cores
         raise ConfigError(
             f"parallelism.default is not set and spark.master={master} is not local; "
             "set parallelism.default (e.g. --conf parallelism.default=8)"

@@ -18,7 +18,7 @@ from keyflow.state.checkpoint import Checkpoint
 
 WINDOW_STYLE = {
     "cooldown": {"color": "tab:orange", "alpha": 0.18, "label": "cooldown (scaling-interval.min)"},
-    "scheduled": {"color": "tab:purple", "alpha": 0.18, "label": "rescale scheduled", "hatch": "//"},
+    "scheduled": {"color": "tab:purple", "alpha": 0.18, "hatch": "//", "label": "cooldown restarted: rescale due"},
     "waiting": {"color": "tab:red", "alpha": 0.15, "label": "waiting for resources"},
 }
 
@@ -75,7 +75,7 @@ def draw(runs: list[Run], path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     origin = runs[0].start if runs else 0.0
-    figure, axes = plt.subplots(figsize=(11, 4.5))
+    figure, axes = plt.subplots(figsize=(12, 4.5))
     labelled: set[str] = set()
 
     def label(name: str) -> str | None:
@@ -89,7 +89,7 @@ def draw(runs: list[Run], path: str, title: str) -> None:
             name = str(style.pop("label"))
             axes.axvspan(window.start - origin, window.end - origin, label=label(name), linewidth=0, **style)
         for series, style, name in (
-            (run.slots, {"color": "grey", "linestyle": "--"}, "available slots (executor cores)"),
+            (run.slots, {"color": "0.55", "linewidth": 7, "alpha": 0.45}, "available slots (executor cores)"),
             (run.parallelism, {"color": "tab:blue", "linewidth": 2.2}, "parallelism"),
         ):
             if series:
@@ -100,9 +100,10 @@ def draw(runs: list[Run], path: str, title: str) -> None:
     axes.set_xlabel("seconds since the first run started")
     axes.set_ylabel("slots / parallelism")
     axes.yaxis.get_major_locator().set_params(integer=True)
-    axes.set_ylim(bottom=0)
+    top = max((v for run in runs for _, v in run.slots + run.parallelism), default=1)
+    axes.set_ylim(0, top + 0.5)
     axes.set_title(title)
-    axes.legend(loc="upper left", fontsize="small", framealpha=0.9)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small", frameon=False)
     axes.grid(axis="y", alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=110)

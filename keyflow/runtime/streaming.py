@@ -104,7 +104,8 @@ class StreamingJob:
         self._error: BaseException | None = None
         self._requested: tuple[int, str] | None = None
         self._pending_event: dict[str, Any] | None = None  # logged once a batch commits at the new parallelism
-        self._stopping = False
+        self._stopping = self._stopped = False
+        self._stop_lock = threading.Lock()
         self._key_types_checked = False
         self.run_id = uuid.uuid4().hex
         self._nodes = _nodes_by_uid(pipeline.sinks)
@@ -172,13 +173,17 @@ class StreamingJob:
     def stop(self) -> None:
         """Stop now; a micro-batch that is running is cancelled and not committed (it runs
         again on restart), what is committed stays committed."""
-        ended = not self._query.isActive
-        self._stopping = True
-        self._query.stop()
-        if self._autoscaler is not None:
-            outcome = "failed" if self._error is not None else "finished" if ended else "canceled"
-            self._autoscaler.close(outcome, self._error)
-        unlock(self._held)
+        with self._stop_lock:  # once, even when Ctrl-C's thread and the caller both stop
+            if self._stopped:
+                return
+            ended = not self._query.isActive
+            self._stopping = True
+            self._query.stop()
+            if self._autoscaler is not None:
+                outcome = "failed" if self._error is not None else "finished" if ended else "canceled"
+                self._autoscaler.close(outcome, self._error)
+            unlock(self._held)
+            self._stopped = True
 
     def _guard(self, action: Any) -> Any:
         try:
@@ -203,8 +208,6 @@ class StreamingJob:
         self._source = sources[0]
         saved = self.checkpoint.read_plan()
         config = self.pipeline.config
-        if config["jobmanager.scheduler"] == "adaptive" and config["parallelism.default"] is None:
-            config = config.merged({"parallelism.default": 1})  # a placeholder: the scheduler decides at start
         if saved is None:
             self._check_empty()
             self.plan = compile_plan(self.pipeline.sinks, config)
@@ -484,13 +487,26 @@ def run_streaming(
     available_now: bool,
     on_batch: Callable[[BatchMetrics], None] | None = None,
 ) -> StreamingResult:
-    """Run until the available data is processed (``available_now``) or until interrupted."""
+    """Run until the available data is processed (``available_now``) or until interrupted.
+
+    Ctrl-C stops the query from another thread (PySpark's own handler would interrupt a py4j
+    call half-way and print its tracebacks); a second Ctrl-C interrupts at once."""
     job = StreamingJob(pipeline, checkpoint, available_now, on_batch)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+
+        def interrupt(signum: int, frame: Any) -> None:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            threading.Thread(target=job.stop, name="keyflow-stop").start()
+
+        previous = signal.signal(signal.SIGINT, interrupt)
     try:
         job.await_termination()
     except KeyboardInterrupt:
         pass
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         job.stop()
     return job.result
 

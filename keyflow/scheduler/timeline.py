@@ -90,8 +90,9 @@ def timeline(records: Iterable[Mapping[str, Any]]) -> list[Run]:
 
 def _windows(decisions: list[dict[str, Any]], cooldown: float, end: float) -> list[Window]:
     """Waiting for resources: until the state changes. Cooldown: from entering Executing or a
-    rescale, for ``scaling-interval.min``. Scheduled: from the decision to its due time, unless
-    something else happens first."""
+    rescale, for ``scaling-interval.min``. Scheduled (new slots restarted the cooldown, or a
+    forced rescale is awaited): from the decision to its due time, unless something else
+    happens first."""
     waiting, executing = str(State.WAITING_FOR_RESOURCES), str(State.EXECUTING)
     windows = []
     for index, decision in enumerate(decisions):
@@ -107,6 +108,10 @@ def _windows(decisions: list[dict[str, Any]], cooldown: float, end: float) -> li
                 later, lambda d: d["state"] != executing or d["from"] != d["to"] or d.get("due") is not None, end
             )
             windows.append(Window("scheduled", time, min(float(decision["due"]), stop)))
+            # New slots restarted the cooldown: the old one ends here.
+            windows = [
+                Window(w.kind, w.start, time) if w.kind == "cooldown" and w.start < time < w.end else w for w in windows
+            ]
     return windows
 
 
