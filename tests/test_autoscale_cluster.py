@@ -18,8 +18,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from keyflow.runtime.standalone import StandaloneCluster
 from keyflow.state.checkpoint import Checkpoint
-from tests.cluster import StandaloneCluster
 from tests.streams import append, events, expected_totals, read_output
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -70,14 +70,14 @@ class Autoscaler:
         options = SchedulerConfig.from_options(config, max_parallelism, config["parallelism.default"])
         return Autoscaler(AdaptiveScheduler(options, time.time), SparkSlots(context).sample, checkpoint, run_id)
 
-    def wait_until_executing(self) -> int:
-        """Block until the scheduler first runs the job (resources stable or all there); its parallelism."""
+    def wait_until_executing(self) -> None:
+        """Block until the scheduler first runs the job (resources stable, or all it can use there)."""
         with self._lock:
             self.scheduler.start()
         while True:
             state = self.poll()
             if state is State.EXECUTING:
-                return self.scheduler.parallelism
+                return
             if state in (State.FAILING, State.FINISHED):
                 raise self.failure()
             time.sleep(POLL_SECONDS / 5)
@@ -131,7 +131,9 @@ class Autoscaler:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         with self._lock:
-            if self.scheduler.state is not State.FINISHED:
+            if self.scheduler.state is State.FAILING:  # it failed itself (no resources)
+                self.scheduler.tick()
+            elif self.scheduler.state is not State.FINISHED:
                 if outcome == "failed":
                     self.scheduler.fail(error)
                 elif outcome == "canceled":

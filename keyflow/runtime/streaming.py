@@ -290,9 +290,8 @@ class StreamingJob:
             self.pipeline.config, spark.sparkContext, self.plan.max_parallelism, self.checkpoint, self.run_id
         )
         if self._autoscaler is not None:  # like Flink: wait for resources, then run at what is there
-            parallelism = self._autoscaler.wait_until_executing()
-            if parallelism != self.plan.default_parallelism:
-                self._replan(parallelism, "adaptive scheduler: start")
+            self._autoscaler.wait_until_executing()
+            self._replan(*self._autoscaler.decision())  # type: ignore[misc]
         operator = self.plan.operator(self._source.uid)
         stream = self._guard_plan(lambda: self._source.source.read_stream(spark, operator.parallelism))
         self._check_source_schema(stream.schema.simpleString())

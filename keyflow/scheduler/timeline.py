@@ -65,8 +65,8 @@ class Run:
     decisions: list[dict[str, Any]] = field(default_factory=list)
 
 
-def timeline(records: Iterable[Mapping[str, Any]]) -> list[Run]:
-    """The runs in a scheduler log, oldest first."""
+def timeline(records: Iterable[Mapping[str, Any]], now: float | None = None) -> list[Run]:
+    """The runs in a scheduler log, oldest first; a last run that has not finished ends at ``now``."""
     runs: list[Run] = []
     for record in records:
         kind, time = record.get("kind"), float(record["time"])
@@ -83,6 +83,8 @@ def timeline(records: Iterable[Mapping[str, Any]]) -> list[Run]:
             run.decisions.append(dict(record))
             if not run.parallelism or run.parallelism[-1][1] != record["to"]:
                 run.parallelism.append((time, int(record["to"])))
+    if runs and now is not None and not any(d["state"] == State.FINISHED for d in runs[-1].decisions):
+        runs[-1].end = max(runs[-1].end, now)
     for run in runs:
         run.windows = _windows(run.decisions, run.cooldown, run.end)
     return runs

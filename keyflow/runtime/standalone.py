@@ -1,7 +1,9 @@
-"""A Spark standalone cluster on loopback, started from the PySpark distribution for a test.
+"""A Spark standalone cluster on this machine (loopback), from the PySpark distribution.
 
-Master and workers are separate JVMs in their own process groups, so stopping a worker
-takes its executors with it and the fixture leaves no process behind.
+For trying cluster behaviour without a cluster — executors that come and go under the
+adaptive scheduler (examples/autoscale.py) — and for the tests that check it. Master and
+workers are separate JVMs, each in its own process group, so stopping a worker takes its
+executors with it, like a lost node, and ``close()`` leaves no process behind.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ def free_port() -> int:
 
 
 class StandaloneCluster:
+    """``StandaloneCluster(dir)`` starts a master (``.url``); ``add_worker``/``stop_worker``; ``close``.
+    Logs go to ``dir/<name>.out``."""
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
