@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from keyflow.cli.errors import user_errors
-from keyflow.errors import PlanError
-from keyflow.scheduler.timeline import LOG_FILE, Run
+from keyflow.scheduler.timeline import Run
 from keyflow.scheduler.timeline import timeline as read_timeline
 from keyflow.state.checkpoint import Checkpoint
+from keyflow.state.inspect import scheduler_log
 
 WINDOW_STYLE = {
     "cooldown": {"color": "tab:orange", "alpha": 0.18, "label": "cooldown (scaling-interval.min)"},
@@ -30,7 +30,7 @@ def timeline(
 ) -> None:
     """Slots, parallelism and every decision of the adaptive scheduler, per run."""
     with user_errors():
-        records = _records(Checkpoint(directory))
+        records = scheduler_log(Checkpoint(directory))
         runs = read_timeline(records)
     if as_json:
         for record in records:
@@ -40,15 +40,6 @@ def timeline(
     if png:
         draw(runs, png, title=f"adaptive scheduler — {directory}")
         typer.echo(f"wrote {png}")
-
-
-def _records(checkpoint: Checkpoint) -> list[dict[str, Any]]:
-    if not checkpoint.exists(LOG_FILE):
-        raise PlanError(
-            f"{checkpoint.uri} has no {LOG_FILE}: no run on this checkpoint used the adaptive scheduler "
-            "(run with --conf jobmanager.scheduler=adaptive)"
-        )
-    return [json.loads(line) for line in checkpoint.read_text(LOG_FILE).splitlines() if line.strip()]
 
 
 def _print(runs: list[Run]) -> None:

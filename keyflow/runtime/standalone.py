@@ -49,9 +49,10 @@ class StandaloneCluster:
                     "--work-dir", str(self.directory / name))  # fmt: skip
 
     def stop_worker(self, name: str) -> None:
-        """Like a lost node: the worker and its executors end (SIGTERM to the process group)."""
+        """Like a lost node: the worker and its executors die at once (SIGKILL to the process
+        group; a SIGTERM'd worker may still launch a replacement executor while it shuts down)."""
         process = self._processes.pop(name)
-        os.killpg(process.pid, signal.SIGTERM)
+        os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
 
     def close(self) -> None:

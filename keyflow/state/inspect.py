@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from keyflow.errors import PlanError
+from keyflow.scheduler.timeline import LOG_FILE
 from keyflow.state.checkpoint import Checkpoint, CheckpointError
 
 
@@ -50,3 +53,13 @@ def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
 
 
 KEYED = ("aggregate", "process")
+
+
+def scheduler_log(checkpoint: Checkpoint) -> list[dict[str, Any]]:
+    """The adaptive scheduler's records (``scheduler.jsonl``), oldest first."""
+    if not checkpoint.exists(LOG_FILE):
+        raise PlanError(
+            f"{checkpoint.uri} has no {LOG_FILE}: no run on this checkpoint used the adaptive scheduler "
+            "(run with --conf jobmanager.scheduler=adaptive)"
+        )
+    return [json.loads(line) for line in checkpoint.read_text(LOG_FILE).splitlines() if line.strip()]
