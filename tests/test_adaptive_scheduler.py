@@ -227,3 +227,10 @@ def test_inputs_the_state_machine_refuses() -> None:
         scheduler.start()
     with pytest.raises(ValueError, match=r"available_slots=-1 must not be negative"):
         scheduler.on_resources(-1)
+
+
+def test_the_scheduler_choice_is_validated() -> None:
+    from keyflow.config import Config
+
+    with pytest.raises(ConfigError, match=r"jobmanager.scheduler='auto' is invalid; choose one of default, adaptive"):
+        Config({"jobmanager.scheduler": "auto"})

@@ -37,3 +37,36 @@ def test_pipeline_api_doc_examples_run(tmp_path: Path, monkeypatch: pytest.Monke
     assert len(blocks) >= 4
     for block in blocks:
         exec(compile(block, "docs/api/pipeline.md", "exec"), {"__name__": "docs_example"})
+
+
+def test_every_configuration_key_is_documented() -> None:
+    from keyflow.config import ALIASES, OPTIONS
+
+    reference = (DOCS / "configuration.md").read_text()
+    missing = [key for key in OPTIONS if f"`{key}`" not in reference]
+    assert not missing, f"keys missing from docs/configuration.md: {missing}"
+    for alias in ALIASES:
+        assert alias.rsplit("adaptive-scheduler.", 1)[1] in reference
+
+
+def test_the_scheduler_timelines_of_the_docs_are_drawn(tmp_path: Path) -> None:
+    import runpy
+
+    drawing = runpy.run_path(str(DOCS / "scheduler_timelines.py"))
+    drawing["main"](tmp_path)
+    drawn = sorted(path.name for path in tmp_path.glob("*.png"))
+    assert drawn == sorted(f"scheduler-{name}.png" for name in drawing["SCENARIOS"])
+    for name in drawn:
+        assert f"img/{name}" in (DOCS / "operations.md").read_text()
+
+    # What the titles claim, from the state machine itself.
+    def changes(name: str) -> list[tuple[float, int, int]]:
+        _title, config, slots_at, end = drawing["SCENARIOS"][name]
+        records = drawing["simulate"](config, slots_at, end)
+        return [(r["time"], r["from"], r["to"]) for r in records if r["kind"] == "decision" and r["from"] != r["to"]]
+
+    assert changes("scaling-interval-min") == [(10, 0, 2), (55, 2, 4)]
+    assert changes("scaling-interval-max")[1] == (70, 2, 5)  # 10 + max 60, despite slots every 20 s
+    assert changes("min-parallelism-increase")[1:] == [(80, 2, 5), (170, 5, 6)]
+    assert changes("resource-stabilization-timeout") == [(10, 0, 4), (45, 4, 2)]
+    assert changes("resource-wait-timeout") == [(5, 0, 2), (50, 2, 0)]
