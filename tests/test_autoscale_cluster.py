@@ -23,7 +23,7 @@ from keyflow.state.checkpoint import Checkpoint
 from tests.streams import append, events, expected_totals, read_output
 
 ROOT = Path(__file__).resolve().parents[1]
-COOLDOWN, STABILIZATION = 25.0, 4.0  # as set in tests/jobs/autoscale.py
+COOLDOWN, STABILIZATION = 40.0, 4.0  # as set in tests/jobs/autoscale.py
 
 
 @pytest.fixture

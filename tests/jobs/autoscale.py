@@ -21,7 +21,7 @@ pipeline = Pipeline(
         "pipeline.progress": "off",
         "execution.checkpointing.interval": "1 s",
         "jobmanager.scheduler": "adaptive",
-        "jobmanager.adaptive-scheduler.scaling-interval.min": "25 s",
+        "jobmanager.adaptive-scheduler.scaling-interval.min": "40 s",
         "jobmanager.adaptive-scheduler.resource-stabilization-timeout": "4 s",
     }
 )
