@@ -155,7 +155,8 @@ OPTIONS: dict[str, Option] = {
             _duration_text,
             None,
             "Adaptive scheduler: after this long since the last rescale, a rescale below the minimum increase is "
-            "forced and a cooldown cannot push a rescale further. Unset: never forced.",
+            "forced and a cooldown cannot push a rescale further. Unset: never forced. "
+            "Alias: …executing.resource-stabilization-timeout (Flink 2's name, where it defaults to 60 s).",
         ),
         Option(
             "jobmanager.adaptive-scheduler.min-parallelism-increase",
@@ -168,8 +169,7 @@ OPTIONS: dict[str, Option] = {
             _duration_text,
             "10 s",
             "Adaptive scheduler: after lost resources or a failure, how long slots must stay unchanged before "
-            "the job runs at the new parallelism. Aliases: …executing.resource-stabilization-timeout, "
-            "…submission.resource-stabilization-timeout.",
+            "the job runs at the new parallelism. Alias: …submission.resource-stabilization-timeout.",
         ),
         Option(
             "jobmanager.adaptive-scheduler.resource-wait-timeout",
@@ -190,10 +190,10 @@ OPTIONS: dict[str, Option] = {
 
 
 _SCHEDULER = "jobmanager.adaptive-scheduler."
-# Flink's newer names for the same options.
+# Flink 2's names for the same options (FLIP-472; FLINK-36015's release note gives the mapping).
 ALIASES = {
     _SCHEDULER + "executing.cooldown-after-rescaling": _SCHEDULER + "scaling-interval.min",
-    _SCHEDULER + "executing.resource-stabilization-timeout": _SCHEDULER + "resource-stabilization-timeout",
+    _SCHEDULER + "executing.resource-stabilization-timeout": _SCHEDULER + "scaling-interval.max",
     _SCHEDULER + "submission.resource-stabilization-timeout": _SCHEDULER + "resource-stabilization-timeout",
     _SCHEDULER + "submission.resource-wait-timeout": _SCHEDULER + "resource-wait-timeout",
 }
@@ -208,6 +208,11 @@ class Config(Mapping[str, Any]):
         self.update(values or {})
 
     def update(self, values: Mapping[str, Any]) -> None:
+        names = [ALIASES.get(str(key).strip(), str(key).strip()) for key in values]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            given = [str(key) for key in values if ALIASES.get(str(key).strip(), str(key).strip()) in twice]
+            raise ConfigError(f"{' and '.join(given)} are one option (Flink's old and new names); give one of them")
         for key, value in values.items():
             key = str(key).strip()
             if key.startswith("spark."):

@@ -185,8 +185,8 @@ def test_config_defaults_aliases_and_errors() -> None:
         {
             "jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling": "1 min",
             "jobmanager.adaptive-scheduler.submission.resource-wait-timeout": "2 min",
-            "jobmanager.adaptive-scheduler.executing.resource-stabilization-timeout": "500 ms",
-            "jobmanager.adaptive-scheduler.scaling-interval.max": "5 min",
+            "jobmanager.adaptive-scheduler.submission.resource-stabilization-timeout": "500 ms",
+            "jobmanager.adaptive-scheduler.executing.resource-stabilization-timeout": "5 min",  # = scaling-interval.max
         },
         max_parallelism=64,
     )
@@ -219,6 +219,12 @@ def test_pipeline_configuration_feeds_the_scheduler() -> None:
     assert (scheduler_config.scaling_interval_min, scheduler_config.min_parallelism_increase) == (45, 2)
     with pytest.raises(ConfigError, match=r"resource-wait-timeout='-1 min' must not be negative"):
         Config({"jobmanager.adaptive-scheduler.submission.resource-wait-timeout": "-1 min"})
+    both = {
+        "jobmanager.adaptive-scheduler.scaling-interval.min": "10 s",
+        "jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling": "20 s",
+    }
+    with pytest.raises(ConfigError, match=r"scaling-interval.min and .*cooldown-after-rescaling are one option"):
+        Config(both)
 
 
 def test_inputs_the_state_machine_refuses() -> None:
@@ -234,3 +240,38 @@ def test_the_scheduler_choice_is_validated() -> None:
 
     with pytest.raises(ConfigError, match=r"jobmanager.scheduler='auto' is invalid; choose one of default, adaptive"):
         Config({"jobmanager.scheduler": "auto"})
+
+
+def test_timers_that_expired_act_before_a_new_input() -> None:
+    scheduler, clock = running(2)  # Executing since 10: cooldown until 40
+    assert at(scheduler, clock, 20, slots=4) == 2  # due at 50
+    # No tick at 50: slots arriving at 50.2 must not push the overdue rescale back.
+    assert at(scheduler, clock, 50.2, slots=5) == 4
+    assert scheduler.events[-2].reason == "scheduled rescale after cooldown"
+    assert scheduler.events[-1].due == pytest.approx(80.2)  # the 5th slot: in the new cooldown
+
+
+def test_fewer_slots_during_a_scheduled_rescale_are_not_new_resources() -> None:
+    scheduler, clock = running(2)
+    at(scheduler, clock, 20, slots=5)  # due at 50
+    assert at(scheduler, clock, 30, slots=4) == 2  # a decrease that stays above 2: due stays 50
+    assert scheduler.events[-1].due == 50
+    assert at(scheduler, clock, 50) == 4
+    scheduler, clock = running(2)
+    at(scheduler, clock, 20, slots=4)
+    at(scheduler, clock, 30, slots=2)  # back to the parallelism before the due time
+    assert at(scheduler, clock, 50) == 2
+    assert scheduler.events[-1].reason == "the scheduled rescale is no longer needed: the slots went back"
+
+
+def test_slots_that_never_settle_run_the_job_after_the_wait_timeout() -> None:
+    clock = FakeClock()
+    config = SchedulerConfig(max_parallelism=128, resource_stabilization_timeout=10, resource_wait_timeout=60)
+    scheduler = AdaptiveScheduler(config, clock)
+    scheduler.start()
+    for second in range(0, 60, 5):  # a new slot count every 5 s: never stable for 10 s
+        at(scheduler, clock, second, slots=1 + second % 2)
+    assert scheduler.state is State.WAITING_FOR_RESOURCES
+    assert at(scheduler, clock, 60) == 2
+    assert scheduler.state is State.EXECUTING
+    assert scheduler.events[-1].reason == "resources still changing after 60 s"

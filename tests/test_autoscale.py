@@ -103,6 +103,10 @@ def test_manual_rescale_is_refused_while_adaptive(spark, tmp_path: Path) -> None
 
 def test_timeline_of_a_checkpoint_without_the_adaptive_scheduler(tmp_path: Path) -> None:
     (tmp_path / "ckpt").mkdir()
+    not_a_checkpoint = runner.invoke(app, ["timeline", str(tmp_path / "ckpt")])
+    assert not_a_checkpoint.exit_code == 2
+    assert "is not a keyflow checkpoint (no plan.json)" in not_a_checkpoint.output
+    (tmp_path / "ckpt" / "plan.json").write_text('{"checkpoint_id": "x", "plan": {}}')
     shown = runner.invoke(app, ["timeline", str(tmp_path / "ckpt")])
     assert shown.exit_code != 0
     assert "no scheduler.jsonl" in shown.output
@@ -144,3 +148,32 @@ def test_no_slots_for_the_wait_timeout_fails_with_the_fix(tmp_path: Path) -> Non
     assert resources == [(1, ["0"], []), (0, [], ["0"])]
     states = [r["state"] for r in records if r["kind"] == "decision"]
     assert states == ["WaitingForResources", "Executing", "Restarting", "WaitingForResources", "Failing", "Finished"]
+
+
+def test_errors_reading_spark_do_not_stop_the_polling_until_they_persist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from keyflow.runtime import autoscale
+
+    monkeypatch.setattr(autoscale, "POLL_SECONDS", 0.01)
+    reads = {"count": 0, "fail_from": 5}
+
+    def slots() -> tuple[int, frozenset[str]]:
+        reads["count"] += 1
+        if reads["count"] == 2 or reads["count"] >= reads["fail_from"]:
+            raise RuntimeError("py4j: connection reset")
+        return 2, frozenset({"0", "1"})
+
+    config = SchedulerConfig(max_parallelism=8, resource_stabilization_timeout=0)
+    autoscaler = Autoscaler(AdaptiveScheduler(config, FakeClock()), slots, Checkpoint(str(tmp_path / "c")), "r")
+    failed: list[Exception] = []
+    done = threading.Event()
+    autoscaler.scheduler.start()
+    autoscaler.start_polling(lambda error: (failed.append(error), done.set()))
+    assert done.wait(10)
+    assert reads["count"] == reads["fail_from"] - 1 + autoscale.FAILED_POLLS  # one error was survived
+    assert autoscaler.scheduler.state is State.EXECUTING  # the reads between the errors counted
+    assert "cannot read Spark's executors: py4j: connection reset" in str(failed[0])
+    autoscaler.close("failed", failed[0])

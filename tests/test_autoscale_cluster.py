@@ -1,12 +1,12 @@
 """The adaptive scheduler on a real Spark standalone cluster (master and workers started here,
 on loopback): a second worker raises the parallelism after the cooldown, a lost worker lowers
-it after the stabilization timeout, and the output equals pandas' answer (no state lost)."""
+it after the stabilization timeout, the output equals pandas' answer (no state lost), and
+with no worker left the job fails after the resource-wait timeout."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -117,7 +117,7 @@ def test_parallelism_follows_the_workers(tmp_path: Path, cluster: StandaloneClus
         cluster.stop_worker("worker-1")
         down = wait_for("a rescale 2 → 1", lambda: rescales(scheduler_log(checkpoint), 2, 1), job)[0]
         log = scheduler_log(checkpoint)
-        lost = next(r for r in log if r["kind"] == "resources" and r["lost"])
+        lost = next(r for r in log if r["kind"] == "resources" and r["lost"] and r["time"] > up["time"])
         states = [r["state"] for r in log if r["kind"] == "decision" and lost["time"] <= r["time"] <= down["time"]]
         assert states == ["Restarting", "WaitingForResources", "Executing"], states
         assert down["time"] - lost["time"] >= STABILIZATION - 0.01
@@ -125,15 +125,20 @@ def test_parallelism_follows_the_workers(tmp_path: Path, cluster: StandaloneClus
 
         data = appender.all()
         wait_for("every event in the output", lambda: len(read_output(tmp_path / "out")) >= len(data), job)
-        job.send_signal(signal.SIGINT)
-        assert job.wait(timeout=120) == 0
+        # The last worker goes: no slot for resource-wait-timeout (12 s) and the job fails, saying so.
+        cluster.stop_worker("worker-2")
+        assert job.wait(timeout=120) == 2  # keyflow's error exit
     finally:
         appender.stopped.set()
         if job.poll() is None:
             job.kill()
         output.close()
-        print((tmp_path / "job.out").read_text()[-5000:])
+        job_output = (tmp_path / "job.out").read_text()
+        print(job_output[-5000:])
 
+    assert "no executor cores for 12 s (jobmanager.adaptive-scheduler.resource-wait-timeout)" in job_output
+    states = [r["state"] for r in scheduler_log(checkpoint) if r["kind"] == "decision"][-4:]
+    assert states == ["Restarting", "WaitingForResources", "Failing", "Finished"]
     got = read_output(tmp_path / "out").sort_values("seq").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected_totals(data).reset_index(drop=True), check_dtype=False)
     history = [(e["from"], e["to"]) for e in Checkpoint(str(checkpoint)).events()]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from keyflow.cli.app import app
+from keyflow.state.checkpoint import Checkpoint
 from tests.streams import events, read_output
 
 runner = CliRunner()
@@ -75,3 +78,49 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert "use a .parquet, .json/.jsonl (JSON lines) or .csv file" in wrong.output
     not_a_log = runner.invoke(app, ["log", "describe", str(tmp_path)])
     assert "is not a keyflow log" in not_a_log.output
+
+
+UNBOUNDED_FILE = """
+from keyflow import Pipeline, datagen, parquet, sequence, zipf
+
+pipeline = Pipeline(config={"spark.master": "local[2]", "pipeline.progress": "off",
+                            "execution.checkpointing.interval": "0 s", "jobmanager.scheduler": "adaptive",
+                            "jobmanager.adaptive-scheduler.resource-stabilization-timeout": "0 s"})
+pipeline.source(datagen(rows_per_second=20_000, fields={"user": zipf(50), "seq": sequence()})).key_by(
+    "user").aggregate(clicks="count(*)").sink(parquet(OUT))
+"""
+
+
+def test_ctrl_c_stops_a_stream_cleanly(tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C) while micro-batches run: exit 0, a summary, no traceback, the scheduler
+    log ends Canceling → Finished, and every committed batch's output is in place."""
+    job_file = tmp_path / "job.py"
+    job_file.write_text(UNBOUNDED_FILE.replace("OUT", repr(str(tmp_path / "out"))))
+    checkpoint = tmp_path / "ckpt"
+    job = subprocess.Popen(
+        [str(KEYFLOW), "run", str(job_file), "--checkpoint", str(checkpoint)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lines = []
+    for line in job.stdout:  # type: ignore[union-attr]
+        lines.append(line)
+        if line.startswith("batch 2:"):
+            break
+    job.send_signal(signal.SIGINT)
+    rest, errors = job.communicate(timeout=120)
+    output = "".join(lines) + rest
+    assert job.returncode == 0, output + errors
+    assert "parallelism: chosen at start by the adaptive scheduler" in output
+    assert "micro-batches committed" in output
+    assert "Traceback" not in errors
+    records = [json.loads(line) for line in (checkpoint / "scheduler.jsonl").read_text().splitlines()]
+    assert [r["state"] for r in records if r["kind"] == "decision"][-2:] == ["Canceling", "Finished"]
+    committed = Checkpoint(str(checkpoint)).latest()
+    assert committed is not None
+    assert committed.version >= 2
+    # The latest running count per user adds up to the rows Spark counted into the committed
+    # batches ("?": Spark's optimizer skipped an empty batch, so no rows).
+    rows_in = [re.match(r"batch \d+: parallelism \d+, ([\d,]+|\?) rows in", line) for line in output.splitlines()]
+    counted = [int(match.group(1).replace(",", "").replace("?", "0")) for match in rows_in if match]
+    assert len(counted) == committed.version + 1, output
+    assert read_output(tmp_path / "out").groupby("user").clicks.max().sum() == sum(counted)

@@ -58,13 +58,16 @@ def run(
     """Run a pipeline file: print its plan, run it on Spark, summarise what was written.
 
     A pipeline with an unbounded source runs as a stream with exactly-once state in
-    ``--checkpoint`` until interrupted (Ctrl-C stops after the running micro-batch)."""
+    ``--checkpoint`` until interrupted (Ctrl-C stops at once; a micro-batch that was running
+    is not committed and runs again on restart)."""
     console = Console(highlight=False)
     with user_errors():
         pipeline = load_pipeline(file, _overrides(conf, config, parallelism))
         job = pipeline.plan()
         if not as_json:
             typer.echo(job.render())
+            if pipeline.config["jobmanager.scheduler"] == "adaptive":
+                typer.echo("parallelism: chosen at start by the adaptive scheduler from the executor cores")
         if checkpoint is not None or pipeline.is_streaming():
             on_batch = None if as_json else _print_batch(console)
             result = pipeline.run(checkpoint=checkpoint, available_now=available_now, on_batch=on_batch)

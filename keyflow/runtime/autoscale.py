@@ -24,21 +24,23 @@ from keyflow.scheduler.timeline import LOG_FILE, decision_record, resources_reco
 from keyflow.state.checkpoint import Checkpoint
 
 POLL_SECONDS = 0.5
+FAILED_POLLS = 20  # ten seconds of errors reading Spark's executors stop the job
 
 
 class SparkSlots:
-    """Executor cores and executor ids, read from the driver's scheduler backend over py4j."""
+    """Task slots (executor cores / ``spark.task.cpus``) and executor ids, read from the
+    driver's scheduler backend over py4j."""
 
     def __init__(self, context: SparkContext) -> None:
         self._context = context._jsc.sc()  # type: ignore[union-attr]
+        self._cores_per_task = int(context.getConf().get("spark.task.cpus", "1"))
 
     def sample(self) -> tuple[int, frozenset[str]]:
         backend = self._context.schedulerBackend()
+        if backend.getClass().getSimpleName() == "LocalSchedulerBackend":
+            return int(backend.totalCores()) // self._cores_per_task, frozenset({"driver"})
         executors = frozenset(filter(None, self._context.getExecutorIds().mkString(",").split(",")))
-        name = backend.getClass().getSimpleName()
-        if name == "LocalSchedulerBackend":
-            return int(backend.totalCores()), frozenset({"driver"})
-        return int(backend.totalCoreCount()), executors
+        return int(backend.totalCoreCount()) // self._cores_per_task, executors
 
 
 class Autoscaler:
@@ -70,22 +72,36 @@ class Autoscaler:
         options = SchedulerConfig.from_options(config, max_parallelism, config["parallelism.default"])
         return Autoscaler(AdaptiveScheduler(options, time.time), SparkSlots(context).sample, checkpoint, run_id)
 
-    def wait_until_executing(self) -> None:
-        """Block until the scheduler first runs the job (resources stable, or all it can use there)."""
+    def wait_until_executing(self) -> tuple[int, str]:
+        """Block until the scheduler first runs the job (resources stable, or all it can use
+        there); the parallelism to start at and why."""
         with self._lock:
             self.scheduler.start()
         while True:
             state = self.poll()
-            if state is State.EXECUTING:
-                return
+            decided = self.decision()
+            if decided is not None:
+                return decided
             if state in (State.FAILING, State.FINISHED):
                 raise self.failure()
             time.sleep(POLL_SECONDS / 5)
 
     def start_polling(self, on_failure: Callable[[Exception], None]) -> None:
+        """Poll in a daemon thread; ``on_failure`` gets the error that ends the job: no slots
+        for the wait timeout, or Spark's executors unreadable for ``FAILED_POLLS`` polls in a row."""
+
         def loop() -> None:
+            errors = 0
             while not self._stopped.wait(POLL_SECONDS):
-                if self.poll() in (State.FAILING, State.FINISHED):
+                try:
+                    state, errors = self.poll(), 0
+                except Exception as error:  # one bad read must not end the polling
+                    errors += 1
+                    if errors >= FAILED_POLLS:
+                        on_failure(PlanError(f"the adaptive scheduler cannot read Spark's executors: {error}"))
+                        return
+                    continue
+                if state in (State.FAILING, State.FINISHED):
                     on_failure(self.failure())
                     return
 

@@ -118,9 +118,11 @@ class StreamingJob:
             self._prepare()
             self.result = StreamingResult(self.plan, checkpoint)
             self._query = self._start()
+            if self._autoscaler is not None:
+                self._autoscaler.start_polling(self._scheduler_failed)
         except BaseException as error:
             if self._autoscaler is not None:
-                self._autoscaler.close("failed", error)
+                self._autoscaler.close("canceled" if isinstance(error, KeyboardInterrupt) else "failed", error)
             unlock(self._held)
             raise
 
@@ -176,14 +178,16 @@ class StreamingJob:
         with self._stop_lock:  # once, even when Ctrl-C's thread and the caller both stop
             if self._stopped:
                 return
-            ended = not self._query.isActive
-            self._stopping = True
-            self._query.stop()
-            if self._autoscaler is not None:
-                outcome = "failed" if self._error is not None else "finished" if ended else "canceled"
-                self._autoscaler.close(outcome, self._error)
-            unlock(self._held)
-            self._stopped = True
+            self._stopped = self._stopping = True
+            ended = False
+            try:
+                ended = not self._query.isActive
+                self._query.stop()
+            finally:
+                if self._autoscaler is not None:
+                    outcome = "failed" if self._error is not None else "finished" if ended else "canceled"
+                    self._autoscaler.close(outcome, self._error)
+                unlock(self._held)
 
     def _guard(self, action: Any) -> Any:
         try:
@@ -290,8 +294,7 @@ class StreamingJob:
             self.pipeline.config, spark.sparkContext, self.plan.max_parallelism, self.checkpoint, self.run_id
         )
         if self._autoscaler is not None:  # like Flink: wait for resources, then run at what is there
-            self._autoscaler.wait_until_executing()
-            self._replan(*self._autoscaler.decision())  # type: ignore[misc]
+            self._replan(*self._autoscaler.wait_until_executing())
         operator = self.plan.operator(self._source.uid)
         stream = self._guard_plan(lambda: self._source.source.read_stream(spark, operator.parallelism))
         self._check_source_schema(stream.schema.simpleString())
@@ -305,10 +308,7 @@ class StreamingJob:
             writer = writer.trigger(
                 processingTime=f"{self.pipeline.config['execution.checkpointing.interval']} seconds"
             )
-        query = writer.start()
-        if self._autoscaler is not None:
-            self._autoscaler.start_polling(self._scheduler_failed)
-        return query
+        return writer.start()
 
     def _scheduler_failed(self, error: Exception) -> None:
         """No executor cores for the resource-wait timeout: the job stops with that error."""
@@ -489,24 +489,30 @@ def run_streaming(
     """Run until the available data is processed (``available_now``) or until interrupted.
 
     Ctrl-C stops the query from another thread (PySpark's own handler would interrupt a py4j
-    call half-way and print its tracebacks); a second Ctrl-C interrupts at once."""
+    call half-way and print its tracebacks); a second Ctrl-C leaves at once (the process's
+    end releases the checkpoint; the cancelled micro-batch reruns on restart)."""
     job = StreamingJob(pipeline, checkpoint, available_now, on_batch)
-    previous = None
+    previous, stopping = None, threading.Event()
     if threading.current_thread() is threading.main_thread():
 
         def interrupt(signum: int, frame: Any) -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            threading.Thread(target=job.stop, name="keyflow-stop").start()
+            stopping.set()
+            threading.Thread(target=job.stop, name="keyflow-stop", daemon=True).start()
 
         previous = signal.signal(signal.SIGINT, interrupt)
     try:
         job.await_termination()
     except KeyboardInterrupt:
-        pass
+        if stopping.is_set():
+            raise
+    except BaseException:
+        job.stop()
+        raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-        job.stop()
+    job.stop()
     return job.result
 
 

@@ -70,8 +70,10 @@ class SchedulerConfig:
         for name in ("resource_stabilization_timeout", "resource_wait_timeout"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{PREFIX}{name.replace('_', '-')}={getattr(self, name)} s must not be negative")
-        if self.max_parallelism < 1 or (self.upper_bound is not None and self.upper_bound < 1):
-            raise ConfigError("max parallelism and the parallelism upper bound must be positive")
+        if self.max_parallelism < 1:
+            raise ConfigError(f"max parallelism {self.max_parallelism} must be positive (pipeline.max-parallelism)")
+        if self.upper_bound is not None and self.upper_bound < 1:
+            raise ConfigError(f"parallelism.default={self.upper_bound} (the upper bound) must be positive")
 
     @staticmethod
     def from_options(
@@ -84,24 +86,23 @@ class SchedulerConfig:
             if canonical.startswith(PREFIX) and value is not None:
                 values[canonical.removeprefix(PREFIX)] = (key, value)
 
-        def duration(name: str, default: float | None) -> float | None:
-            if name not in values:
-                return default
-            key, value = values[name]
-            return parse_duration(key, value)
+        def duration(name: str, default: float) -> float:
+            return parse_duration(*values[name]) if name in values else default
 
-        increase = values.get("min-parallelism-increase")
+        key, increase = values.get("min-parallelism-increase", ("", 1))
         try:
-            minimum_increase = int(str(increase[1]).strip()) if increase else 1
+            minimum_increase = int(str(increase).strip())
         except ValueError:
-            raise ConfigError(f"{increase[0]}={increase[1]!r} is not an integer") from None  # type: ignore[index]
+            raise ConfigError(f"{key}={increase!r} is not an integer") from None
         return SchedulerConfig(
             max_parallelism=max_parallelism,
-            scaling_interval_min=duration("scaling-interval.min", 30.0) or 0.0,
-            scaling_interval_max=duration("scaling-interval.max", None),
+            scaling_interval_min=duration("scaling-interval.min", 30.0),
+            scaling_interval_max=parse_duration(*values["scaling-interval.max"])
+            if "scaling-interval.max" in values
+            else None,
             min_parallelism_increase=minimum_increase,
-            resource_stabilization_timeout=duration("resource-stabilization-timeout", 10.0) or 0.0,
-            resource_wait_timeout=duration("resource-wait-timeout", 300.0) or 0.0,
+            resource_stabilization_timeout=duration("resource-stabilization-timeout", 10.0),
+            resource_wait_timeout=duration("resource-wait-timeout", 300.0),
             upper_bound=upper_bound,
         )
 
@@ -149,21 +150,23 @@ class AdaptiveScheduler:
         """The slots available now (Spark: executor cores); call on every change or periodically."""
         if available_slots < 0:
             raise ValueError(f"available_slots={available_slots} must not be negative")
-        changed, self.available = available_slots != self.available, available_slots
+        self.tick()  # timers that expired before this change act first
+        previous, self.available = self.available, available_slots
         now = self.clock()
         if self.state is State.WAITING_FOR_RESOURCES:
-            if changed:
+            if available_slots != previous:
                 self._since = now  # stabilization restarts with every change
             self.tick()
         elif self.state is State.EXECUTING:
             target = self.desired()
             if target < self.parallelism:
                 self._restart(f"resources lost: {available_slots} slots for parallelism {self.parallelism}")
-            elif target > self.parallelism and changed:
+            elif target > self.parallelism and available_slots > previous:
                 self._new_resources(now)
 
     def on_failure(self, error: object) -> None:
         """A failure of the running job: the cooldown ends; wait for resources again."""
+        self.tick()
         if self.state is State.EXECUTING:
             self._restart(f"failure: {error}")
 
@@ -192,13 +195,15 @@ class AdaptiveScheduler:
 
     # -- transitions -----------------------------------------------------------------------
     def _wait(self, now: float) -> None:
-        target = self.desired()
-        bound = min(self.config.upper_bound or self.config.max_parallelism, self.config.max_parallelism)
-        if target >= 1 and target == bound:
+        target, waited = self.desired(), now - self._entered_waiting
+        if target >= 1 and target == self.desired(self.config.max_parallelism):
             self._execute(now, target, "all desired resources available")
         elif target >= 1 and now - self._since >= self.config.resource_stabilization_timeout:
             self._execute(now, target, f"resources stable for {self.config.resource_stabilization_timeout:g} s")
-        elif target == 0 and now - self._entered_waiting >= self.config.resource_wait_timeout:
+        elif target >= 1 and waited >= self.config.resource_wait_timeout:
+            # Slots that never settle must not keep the job waiting forever (as in Flink).
+            self._execute(now, target, f"resources still changing after {self.config.resource_wait_timeout:g} s")
+        elif target == 0 and waited >= self.config.resource_wait_timeout:
             self._move(State.FAILING, 0, f"no resources within {self.config.resource_wait_timeout:g} s")
 
     def _execute(self, now: float, parallelism: int, reason: str) -> None:
@@ -215,11 +220,12 @@ class AdaptiveScheduler:
         if self.config.scaling_interval_max is not None:
             due = min(due, self._last_rescale + self.config.scaling_interval_max)
         self._due = due
-        self._record(self.state, self.parallelism, "new resources during cooldown: rescale scheduled", due)
+        self._record("new resources during cooldown: rescale scheduled", due)
 
     def _rescale(self, now: float, reason: str) -> None:
         target = self.desired()
         if target == self.parallelism:
+            self._record("the scheduled rescale is no longer needed: the slots went back")
             return
         increase = target - self.parallelism
         since = now - self._last_rescale
@@ -232,8 +238,6 @@ class AdaptiveScheduler:
             if maximum is not None:
                 self._due = self._last_rescale + maximum  # look again when a forced rescale is allowed
             self._record(
-                self.state,
-                self.parallelism,
                 f"increase {increase} is below min-parallelism-increase {self.config.min_parallelism_increase}",
                 self._due,
             )
@@ -260,8 +264,10 @@ class AdaptiveScheduler:
         before, self.state, self.parallelism = self.parallelism, state, parallelism
         self.events.append(Decision(self.clock(), state, self.available, before, parallelism, reason))
 
-    def _record(self, state: State, parallelism: int, reason: str, due: float | None = None) -> None:
-        self.events.append(Decision(self.clock(), state, self.available, parallelism, parallelism, reason, due))
+    def _record(self, reason: str, due: float | None = None) -> None:
+        """A decision that keeps the state and parallelism."""
+        p = self.parallelism
+        self.events.append(Decision(self.clock(), self.state, self.available, p, p, reason, due))
 
     def _require(self, state: State, action: str) -> None:
         if self.state is not state:

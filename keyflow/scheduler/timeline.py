@@ -74,7 +74,7 @@ def timeline(records: Iterable[Mapping[str, Any]], now: float | None = None) -> 
             runs.append(Run(time, time, float(record["config"]["scaling_interval_min"])))
             continue
         if not runs:
-            raise ValueError("the scheduler log does not begin with a 'start' record")
+            raise ValueError(f"the scheduler log ({LOG_FILE}) does not begin with a 'start' record; it was edited")
         run = runs[-1]
         run.end = max(run.end, time)
         if kind == "resources":

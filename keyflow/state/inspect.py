@@ -12,11 +12,7 @@ from keyflow.state.checkpoint import Checkpoint, CheckpointError
 
 def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
     """A JSON-ready summary of ``checkpoint`` (raises CheckpointError if it is not one)."""
-    saved = checkpoint.read_plan()
-    if saved is None:
-        raise CheckpointError(f"{checkpoint.uri} is not a keyflow checkpoint (no plan.json); give the directory "
-                              "passed to run(checkpoint=...) or --checkpoint")  # fmt: skip
-    plan = saved["plan"]
+    plan = _saved_plan(checkpoint)["plan"]
     operators = {str(op["uid"]): op for vertex in plan["vertices"] for op in vertex["operators"] if op["kind"] in KEYED}
     manifests = []
     for version in checkpoint.versions():
@@ -57,9 +53,18 @@ KEYED = ("aggregate", "process")
 
 def scheduler_log(checkpoint: Checkpoint) -> list[dict[str, Any]]:
     """The adaptive scheduler's records (``scheduler.jsonl``), oldest first."""
+    _saved_plan(checkpoint)
     if not checkpoint.exists(LOG_FILE):
         raise PlanError(
             f"{checkpoint.uri} has no {LOG_FILE}: no run on this checkpoint used the adaptive scheduler "
             "(run with --conf jobmanager.scheduler=adaptive)"
         )
     return [json.loads(line) for line in checkpoint.read_text(LOG_FILE).splitlines() if line.strip()]
+
+
+def _saved_plan(checkpoint: Checkpoint) -> dict[str, Any]:
+    saved = checkpoint.read_plan()
+    if saved is None:
+        raise CheckpointError(f"{checkpoint.uri} is not a keyflow checkpoint (no plan.json); give the directory "
+                              "passed to run(checkpoint=...) or --checkpoint")  # fmt: skip
+    return saved

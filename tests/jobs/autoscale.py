@@ -23,6 +23,7 @@ pipeline = Pipeline(
         "jobmanager.scheduler": "adaptive",
         "jobmanager.adaptive-scheduler.scaling-interval.min": "40 s",
         "jobmanager.adaptive-scheduler.resource-stabilization-timeout": "4 s",
+        "jobmanager.adaptive-scheduler.resource-wait-timeout": "12 s",
     }
 )
 stream = pipeline.source(log(f"{base}/log", rows_per_batch=400))
