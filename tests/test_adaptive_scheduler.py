@@ -275,3 +275,10 @@ def test_slots_that_never_settle_run_the_job_after_the_wait_timeout() -> None:
     assert at(scheduler, clock, 60) == 2
     assert scheduler.state is State.EXECUTING
     assert scheduler.events[-1].reason == "resources still changing after 60 s"
+
+
+def test_bounds_that_are_not_positive_name_their_option() -> None:
+    with pytest.raises(ConfigError, match=r"max parallelism 0 must be positive \(pipeline.max-parallelism\)"):
+        SchedulerConfig(max_parallelism=0)
+    with pytest.raises(ConfigError, match=r"parallelism.default=0 \(the upper bound\) must be positive"):
+        SchedulerConfig(max_parallelism=8, upper_bound=0)

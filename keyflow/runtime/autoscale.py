@@ -119,8 +119,9 @@ class Autoscaler:
                 added, lost = sorted(executors - self._executors), sorted(self._executors - executors)
                 records.append(resources_record(self.scheduler.clock(), slots, added, lost))
                 self._executors = executors
-                self.scheduler.on_resources(slots)
-            self.scheduler.tick()
+                self.scheduler.on_resources(slots)  # advances the timers too
+            else:
+                self.scheduler.tick()
             self._write(records + self._new_decisions())
             return self.scheduler.state
 
@@ -129,9 +130,9 @@ class Autoscaler:
         with self._lock:
             if self.scheduler.state is not State.EXECUTING:
                 return None
-            changes = [e for e in self.scheduler.events if e.parallelism_to != e.parallelism_from]
-            reason = changes[-1].reason if changes else self.scheduler.events[-1].reason
-            return self.scheduler.parallelism, f"adaptive scheduler: {reason}"
+            events = self.scheduler.events
+            latest = next((e for e in reversed(events) if e.parallelism_to != e.parallelism_from), events[-1])
+            return self.scheduler.parallelism, f"adaptive scheduler: {latest.reason}"
 
     def failure(self) -> Exception:
         timeout = self.scheduler.config.resource_wait_timeout

@@ -357,12 +357,6 @@ class StreamingJob:
             return  # committed before a crash; Spark replays it because its own commit was lost
         started = time.perf_counter()
         _fault("start", batch)
-        if self._autoscaler is not None:
-            self._autoscaler.poll()
-            decided = self._autoscaler.decision()
-            if decided is not None and decided[0] != self.plan.default_parallelism:
-                with self._lock:
-                    self._requested = decided
         self._apply_rescale()
         plan = self.plan
         spark = frame.sparkSession
@@ -453,8 +447,13 @@ class StreamingJob:
         return backends
 
     def _apply_rescale(self) -> None:
-        with self._lock:
-            requested, self._requested = self._requested, None
+        """At a batch boundary: the parallelism the adaptive scheduler decides, else a rescale(n)."""
+        if self._autoscaler is not None:
+            self._autoscaler.poll()
+            requested = self._autoscaler.decision()
+        else:
+            with self._lock:
+                requested, self._requested = self._requested, None
         if requested is not None and requested[0] != self.plan.default_parallelism:
             self._replan(*requested)
 

@@ -138,8 +138,12 @@ class AdaptiveScheduler:
     def desired(self, available: int | None = None) -> int:
         """min(available slots, configured upper bound, max parallelism)."""
         slots = self.available if available is None else available
-        bound = self.config.upper_bound or self.config.max_parallelism
-        return max(0, min(slots, bound, self.config.max_parallelism))
+        return max(0, min(slots, self.ceiling))
+
+    @property
+    def ceiling(self) -> int:
+        """The most the job can use: min(configured upper bound, max parallelism)."""
+        return min(self.config.upper_bound or self.config.max_parallelism, self.config.max_parallelism)
 
     # -- inputs ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -196,7 +200,7 @@ class AdaptiveScheduler:
     # -- transitions -----------------------------------------------------------------------
     def _wait(self, now: float) -> None:
         target, waited = self.desired(), now - self._entered_waiting
-        if target >= 1 and target == self.desired(self.config.max_parallelism):
+        if target >= 1 and target == self.ceiling:
             self._execute(now, target, "all desired resources available")
         elif target >= 1 and now - self._since >= self.config.resource_stabilization_timeout:
             self._execute(now, target, f"resources stable for {self.config.resource_stabilization_timeout:g} s")

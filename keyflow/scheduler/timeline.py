@@ -103,17 +103,14 @@ def _windows(decisions: list[dict[str, Any]], cooldown: float, end: float) -> li
         if state == waiting and entered:
             windows.append(Window("waiting", time, _until(later, lambda d: d["state"] != waiting, end)))
         elif state == executing and (entered or decision["from"] != decision["to"]):
-            stop = _until(later, lambda d: d["state"] != executing, end)
+            # It ends early when the state changes or new slots restart it (a scheduled rescale).
+            stop = _until(later, lambda d: d["state"] != executing or d.get("due") is not None, end)
             windows.append(Window("cooldown", time, min(time + cooldown, stop)))
         elif state == executing and decision.get("due") is not None:
             stop = _until(
                 later, lambda d: d["state"] != executing or d["from"] != d["to"] or d.get("due") is not None, end
             )
             windows.append(Window("scheduled", time, min(float(decision["due"]), stop)))
-            # New slots restarted the cooldown: the old one ends here.
-            windows = [
-                Window(w.kind, w.start, time) if w.kind == "cooldown" and w.start < time < w.end else w for w in windows
-            ]
     return windows
 
 
