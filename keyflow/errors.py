@@ -20,8 +20,19 @@ WORKER_ERROR_MARKER = "[keyflow] "
 Spark's wrapped traceback and show just the message."""
 
 
-def positive_option(value: int | None, what: str) -> int | None:
-    """``value`` if it is None or a positive integer, else a PlanError naming ``what``."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+def is_positive_int(value: object) -> bool:
+    """A positive ``int`` (``True`` is an int in Python, but not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def positive_int(value: object, what: str) -> int:
+    """``value`` if it is a positive integer, else a PlanError naming ``what``."""
+    if not is_positive_int(value):
         raise PlanError(f"{what}={value!r} is invalid; it must be a positive integer")
+    assert isinstance(value, int)
     return value
+
+
+def positive_option(value: int | None, what: str) -> int | None:
+    """``value`` if it is None (not set) or a positive integer, else a PlanError naming ``what``."""
+    return None if value is None else positive_int(value, what)

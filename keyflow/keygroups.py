@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from keyflow.errors import KeyflowError
 from keyflow.hashing.java import java_hash_codes
 from keyflow.hashing.keys import KeyColumn, scalar_key_columns, table_key_columns
 from keyflow.hashing.murmur3 import hash_int
@@ -33,6 +34,8 @@ HASHES: tuple[HashName, ...] = ("spark", "flink")
 POLICIES: tuple[Policy, ...] = ("keyflow", "flink-legacy")
 
 UPPER_BOUND_MAX_PARALLELISM = 32768
+KEY_GROUP_COLUMN = "__keyflow_key_group"
+"""The column that carries each row's key group through the keyed exchange and state files."""
 """No pipeline has more key groups than this (Flink's bound, 2**15)."""
 
 FLINK_LOWER_BOUND_MAX_PARALLELISM = 128
@@ -77,12 +80,12 @@ def _key_groups(columns: list[KeyColumn], max_parallelism: int, hash: HashName) 
         return (hashes % max_parallelism).astype(np.int32)  # NumPy's % is Spark's pmod
     if hash == "flink":
         if len(columns) != 1:
-            raise ValueError(
+            raise KeyflowError(
                 f"hash='flink' takes single-column keys, got {len(columns)} columns; "
                 "use hash='spark' for composite keys"
             )
         return _flink_key_groups_for_hash_codes(java_hash_codes(columns[0]), max_parallelism)
-    raise ValueError(f"unknown hash {hash!r}; choose one of {', '.join(HASHES)}")
+    raise KeyflowError(f"unknown hash {hash!r}; choose one of {', '.join(HASHES)}")
 
 
 def _flink_key_groups_for_hash_codes(hash_codes: npt.NDArray[np.uint32], max_parallelism: int) -> npt.NDArray[np.int32]:
@@ -123,12 +126,12 @@ def subtasks_for_key_groups(
     parallelism, max_parallelism = check_parallelism(parallelism, max_parallelism)
     groups = np.asarray(key_groups)
     if groups.dtype.kind not in "iu":
-        raise ValueError(f"key groups must be integers, got an array of {groups.dtype}")
+        raise KeyflowError(f"key groups must be integers, got an array of {groups.dtype}")
     groups = groups.astype(np.int64)
     out_of_range = (groups < 0) | (groups >= max_parallelism)
     if out_of_range.any():
         first = int(np.argmax(out_of_range))
-        raise ValueError(
+        raise KeyflowError(
             f"key group {groups[first]} (index {first}) is out of range; valid key groups are 0..{max_parallelism - 1}"
         )
     return (groups * parallelism // max_parallelism).astype(np.int32)
@@ -151,7 +154,7 @@ def default_max_parallelism(parallelism: int, policy: Policy = "keyflow") -> int
     if policy == "flink-legacy":
         wanted = 1 << (parallelism + parallelism // 2 - 1).bit_length()
         return min(max(wanted, FLINK_LOWER_BOUND_MAX_PARALLELISM), UPPER_BOUND_MAX_PARALLELISM)
-    raise ValueError(f"unknown max-parallelism policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    raise KeyflowError(f"unknown max-parallelism policy {policy!r}; choose one of {', '.join(POLICIES)}")
 
 
 def explain_default_max_parallelism(parallelism: int, policy: Policy = "keyflow") -> str:
@@ -186,7 +189,7 @@ def worst_rescale_skew(max_parallelism: int, low: int, high: int) -> tuple[float
     """The largest :func:`skew` over parallelisms ``low..high``, and where it occurs."""
     low, high = _integer(low, "rescale range start"), _integer(high, "rescale range end")
     if not 1 <= low <= high:
-        raise ValueError(f"rescale range {low}..{high} is empty or not positive; write it as A..B with 1 <= A <= B")
+        raise KeyflowError(f"rescale range {low}..{high} is empty or not positive; write it as A..B with 1 <= A <= B")
     high, max_parallelism = check_parallelism(high, max_parallelism)
     parallelisms = np.arange(low, high + 1)
     skews = np.ceil(max_parallelism / parallelisms) * parallelisms / max_parallelism
@@ -198,7 +201,7 @@ def check_max_parallelism(max_parallelism: int) -> int:
     """Reject a key-group count outside 1..32768; return it as a Python int."""
     max_parallelism = _integer(max_parallelism, "max parallelism")
     if not 1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
-        raise ValueError(
+        raise KeyflowError(
             f"max parallelism {max_parallelism} is out of range; it must be between 1 and {UPPER_BOUND_MAX_PARALLELISM}"
         )
     return max_parallelism
@@ -210,12 +213,12 @@ def check_parallelism(parallelism: int, max_parallelism: int) -> tuple[int, int]
     max_parallelism = check_max_parallelism(max_parallelism)
     parallelism = _integer(parallelism, "parallelism")
     if parallelism <= 0:
-        raise ValueError(f"parallelism {parallelism} must be at least 1")
+        raise KeyflowError(f"parallelism {parallelism} must be at least 1")
     if parallelism > max_parallelism:
         fix = f"lower the parallelism to at most {max_parallelism}"
         if max_parallelism < UPPER_BOUND_MAX_PARALLELISM:
             fix += f" or raise the max parallelism (up to {UPPER_BOUND_MAX_PARALLELISM})"
-        raise ValueError(f"parallelism {parallelism} exceeds max parallelism {max_parallelism}; {fix}")
+        raise KeyflowError(f"parallelism {parallelism} exceeds max parallelism {max_parallelism}; {fix}")
     return parallelism, max_parallelism
 
 
@@ -223,7 +226,7 @@ def check_subtask(subtask: int, parallelism: int) -> int:
     """Reject a subtask index outside ``0..parallelism-1``; return it as a Python int."""
     subtask = _integer(subtask, "subtask")
     if not 0 <= subtask < parallelism:
-        raise ValueError(
+        raise KeyflowError(
             f"subtask {subtask} is out of range; at parallelism {parallelism} subtasks are 0..{parallelism - 1}"
         )
     return subtask
@@ -233,12 +236,12 @@ def check_key_group(key_group: int, max_parallelism: int) -> int:
     """Reject a key group outside ``0..K-1``; return it as a Python int."""
     key_group = _integer(key_group, "key group")
     if not 0 <= key_group < max_parallelism:
-        raise ValueError(f"key group {key_group} is out of range; valid key groups are 0..{max_parallelism - 1}")
+        raise KeyflowError(f"key group {key_group} is out of range; valid key groups are 0..{max_parallelism - 1}")
     return key_group
 
 
 def _integer(value: Any, what: str) -> int:
     """NumPy integers become Python ints (no fixed-width overflow); floats and bools are refused."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{what} must be an integer, got {value!r}")
+        raise KeyflowError(f"{what} must be an integer, got {value!r}")
     return int(value)

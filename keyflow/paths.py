@@ -9,16 +9,26 @@ from typing import IO
 from pyarrow import fs
 
 
+def is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def absolute(path: str | Path) -> str:
+    """``path`` as Spark's JVM and Python workers must see it: a URI as given, a local path
+    made absolute (they do not share this process's working directory)."""
+    return str(path) if is_uri(str(path)) else str(Path(path).absolute())
+
+
 def filesystem(path: str) -> tuple[fs.FileSystem, str]:
     """The filesystem of ``path`` and the path on it (no trailing slash)."""
-    if "://" in path:
+    if is_uri(path):
         filesystem_, root = fs.FileSystem.from_uri(path)
         return filesystem_, root.rstrip("/")
-    return fs.LocalFileSystem(), str(Path(path).absolute())
+    return fs.LocalFileSystem(), absolute(path)
 
 
 def exists(filesystem_: fs.FileSystem, path: str) -> bool:
-    return filesystem_.get_file_info(path).type != fs.FileType.NotFound
+    return bool(filesystem_.get_file_info(path).type != fs.FileType.NotFound)
 
 
 def lock_file(path: str, wait: bool) -> IO[str] | None:

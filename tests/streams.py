@@ -9,8 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from keyflow import Log, ValueState
-from keyflow.api.keyed import KeyedBatch, KeyedState
+from keyflow import KeyedBatch, KeyedState, Log, ValueState
 from tests.pipelines import TEST_SPARK
 
 EVENTS = pa.schema([("user", pa.string()), ("amount", pa.int64()), ("seq", pa.int64())])

@@ -172,7 +172,7 @@ def test_invalid_api_arguments() -> None:
     with pytest.raises(PlanError, match="'nonsense' is not an Arrow type"):
         source.key_by("k").process(failing, schema="k int", state={"s": ValueState("nonsense")})
     with pytest.raises(PlanError, match="the pipeline has no sink"):
-        p.plan()
+        p.run()  # p.plan() shows the streams instead (issue 10: to_pandas() pipelines have a plan)
     with pytest.raises(PlanError, match=r"random_int\(low=3, high=1\) is empty"):
         random_int(3, 1)
     with pytest.raises(PlanError, match=r"random_int\(low=0.5, high=2\) needs integers; use random_float"):

@@ -84,7 +84,13 @@ def test_operator_ids_repeat_when_the_same_pipeline_is_built_again() -> None:
 
     first, second = build(), build()
     assert first == second
-    assert [op.uid for v in first.vertices for op in v.operators] == [1, 2, 3, 4]
+    assert [op.id for v in first.vertices for op in v.operators] == [1, 2, 3, 4]
+    assert [op.uid for v in first.vertices for op in v.operators] == [
+        "source: datagen",
+        "filter",
+        "aggregate",
+        "sink: out/x",
+    ]
 
 
 def test_plan_of_another_format_version_is_refused() -> None:

@@ -15,15 +15,8 @@ from hypothesis import strategies as st
 
 from keyflow import ValueState
 from keyflow.keygroups import assign_to_key_groups, key_group_range
-from keyflow.state.checkpoint import (
-    Checkpoint,
-    CheckpointError,
-    Manifest,
-    delta_depth,
-    needed_files,
-    restore,
-    write_state_file,
-)
+from keyflow.state.assignment import delta_depth, needed_files
+from keyflow.state.checkpoint import Checkpoint, CheckpointError, Manifest, restore, write_state_file
 from keyflow.state.durable import CheckpointedState
 from keyflow.state.memory import KeyedStateStore, KeyIndex
 
@@ -33,7 +26,7 @@ STATE = {"total": ValueState("int64")}
 
 def new_checkpoint(path: Path) -> Checkpoint:
     checkpoint = Checkpoint(str(path))
-    checkpoint.write_plan({"checkpoint_id": str(path), "plan": {}})  # what a streaming job writes first
+    checkpoint.write_atomically("plan.json", b"{}")  # a streaming job writes it first; workers check they see it
     return checkpoint
 
 

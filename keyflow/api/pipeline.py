@@ -1,26 +1,28 @@
-"""``Pipeline``: the entry point users write against."""
+"""``Pipeline``: the entry point users write against. It collects plan nodes, compiles
+them (``keyflow.plan``) and hands the compiled plan to the runtime."""
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from keyflow.api import nodes
 from keyflow.api.stream import Stream, check_parallelism_option
 from keyflow.config import Config, load_yaml
 from keyflow.errors import PlanError
+from keyflow.plan import nodes
+from keyflow.plan.compile import CompiledPlan, compile_plan
+from keyflow.plan.graph import JobGraph
+from keyflow.plan.uids import check_uid
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from keyflow.plan.graph import JobGraph
     from keyflow.runtime.executor import RunResult
     from keyflow.runtime.streaming import BatchMetrics, StreamingJob, StreamingResult
-
-NodeT = TypeVar("NodeT", bound=nodes.Node)
 
 _overrides: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("keyflow_overrides", default=None)
 
@@ -47,34 +49,58 @@ class Pipeline:
         if parallelism is not None:
             values["parallelism.default"] = check_parallelism_option(parallelism, "pipeline")
         self.config = Config(values).merged(_overrides.get())
-        self.sinks: list[nodes.SinkNode] = []
-        self._created = 0
+        self._nodes: dict[int, nodes.Node] = {}
+        self._sinks: list[int] = []
 
-    def source(self, source: Any, parallelism: int | None = None, name: str | None = None) -> Stream:
+    def source(
+        self, source: Any, parallelism: int | None = None, name: str | None = None, uid: str | None = None
+    ) -> Stream:
         """A stream reading ``source``; ``parallelism`` is the source's own (``scan.parallelism``)."""
         if not hasattr(source, "read"):
             raise PlanError(f"{source!r} is not a source; use datagen(...) or files(...)")
         label = name or f"source: {source.describe().get('connector', 'source')}"
-        node = nodes.SourceNode((), label, check_parallelism_option(parallelism, f"source {label!r}"), source=source)
-        return Stream(self, self.adopt(node))
+        checked = check_parallelism_option(parallelism, f"source {label!r}")
+        node_id = self.add(
+            nodes.SourceNode, (), label, checked, uid=None if uid is None else check_uid(uid), source=source
+        )
+        return Stream(self, node_id)
 
-    def adopt(self, node: NodeT) -> NodeT:
-        """Give a new operator its id: its position in creation order, so the same pipeline
-        code yields the same plan ids in every run (plans are persisted with state)."""
-        self._created += 1
-        node.uid = self._created
-        return node
+    def add(
+        self, kind: type[nodes.Node], inputs: tuple[int, ...], name: str, parallelism: int | None, **fields: Any
+    ) -> int:
+        """Add an operator; its id is its position in creation order."""
+        node_id = len(self._nodes) + 1
+        self._nodes[node_id] = kind(node_id, inputs, name, parallelism, **fields)
+        return node_id
 
-    def add_sink(self, sink: nodes.SinkNode) -> None:
-        self.sinks.append(sink)
+    def node(self, node_id: int) -> nodes.Node:
+        return self._nodes[node_id]
+
+    def replace(self, node_id: int, **changes: Any) -> None:
+        """Change an operator's settings (nodes are immutable: this swaps in a new one)."""
+        self._nodes[node_id] = dataclasses.replace(self._nodes[node_id], **changes)
+
+    def add_sink(self, node_id: int) -> None:
+        self._sinks.append(node_id)
+
+    def compile(self) -> CompiledPlan:
+        """What runs: every sink and what it depends on, compiled."""
+        if not self._sinks:
+            raise PlanError("the pipeline has no sink; end a stream with .sink(parquet('out/...')) or use .to_arrow()")
+        return compile_plan(self._nodes, tuple(self._sinks), self.config)
 
     def plan(self) -> JobGraph:
-        """The job graph: vertices with parallelism and max parallelism, edges with partitioners."""
-        from keyflow.plan.compile import compile_plan
+        """The job graph: vertices with parallelism and max parallelism, edges with partitioners.
 
-        if not self.sinks:
-            raise PlanError("the pipeline has no sink; end a stream with .sink(parquet('out/...')) or use .to_arrow()")
-        return compile_plan(self.sinks, self.config)
+        Without sinks (streams only collected with ``to_arrow``/``to_pandas``), the plan of
+        every stream nothing else reads."""
+        if self._sinks:
+            return self.compile().graph
+        consumed = {input_id for node in self._nodes.values() for input_id in node.inputs}
+        ends = tuple(node_id for node_id in self._nodes if node_id not in consumed)
+        if not ends:
+            raise PlanError("the pipeline is empty; start with p.source(datagen(...)) or p.source(files(...))")
+        return compile_plan(self._nodes, ends, self.config).graph
 
     def run(
         self,
@@ -86,13 +112,14 @@ class Pipeline:
         job with exactly-once state and sinks in ``checkpoint`` (or ``state.checkpoints.dir``)
         that runs until interrupted, or with ``available_now`` until the data there now is done;
         ``on_batch`` is called with each committed micro-batch's metrics."""
+        plan = self.compile()
         if checkpoint is None and self.config["state.checkpoints.dir"] is None and not self.is_streaming():
-            from keyflow.runtime.executor import run_pipeline
+            from keyflow.runtime.executor import run_batch
 
-            return run_pipeline(self, self.plan())
+            return run_batch(plan)
         from keyflow.runtime.streaming import run_streaming
 
-        return run_streaming(self, self._checkpoint(checkpoint), available_now, on_batch)
+        return run_streaming(plan, self._checkpoint(checkpoint), available_now, on_batch)
 
     def start(
         self, checkpoint: str | None = None, on_batch: Callable[[BatchMetrics], None] | None = None
@@ -100,13 +127,12 @@ class Pipeline:
         """Start a streaming run and return its handle (status, last batch, rescale, stop)."""
         from keyflow.runtime.streaming import StreamingJob
 
-        return StreamingJob(self, self._checkpoint(checkpoint), False, on_batch)
+        plan = self.compile()
+        return StreamingJob(plan, self._checkpoint(checkpoint), False, on_batch)
 
     def _checkpoint(self, checkpoint: str | None) -> str:
         """The checkpoint to run with: the argument, else ``state.checkpoints.dir``."""
         checkpoint = checkpoint or self.config["state.checkpoints.dir"]
-        if not self.sinks:
-            self.plan()  # raises the no-sink error
         if checkpoint is None:
             raise PlanError(
                 "this pipeline reads an unbounded source, so it needs a checkpoint directory: "
@@ -118,10 +144,11 @@ class Pipeline:
 
     def is_streaming(self) -> bool:
         """Whether the pipeline reads an unbounded source (so it runs as a stream)."""
-        return any(getattr(node.source, "unbounded", False) for node in nodes.source_nodes(self.sinks))
+        needed = nodes.upstream(self._nodes, self._sinks)
+        return any(getattr(node.source, "unbounded", False) for node in needed if isinstance(node, nodes.SourceNode))
 
-    def collect(self, node: nodes.Node) -> pa.Table:
-        from keyflow.plan.compile import compile_plan
-        from keyflow.runtime.executor import collect_node
+    def collect(self, node_id: int) -> pa.Table:
+        """Run the plan up to the operator ``node_id`` and return its rows."""
+        from keyflow.runtime.executor import collect
 
-        return collect_node(self, compile_plan([node], self.config), node)
+        return collect(compile_plan(self._nodes, (node_id,), self.config))

@@ -1,4 +1,4 @@
-"""Streams: what users chain operators on. Each method adds one node and returns a stream."""
+"""Streams: what users chain operators on. Each method adds one plan node and returns a stream."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from keyflow.api import nodes
-from keyflow.api.state import StateDescriptor
 from keyflow.errors import PlanError, positive_option
+from keyflow.plan import nodes
+from keyflow.plan.descriptors import StateDescriptor
+from keyflow.plan.uids import check_uid
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,36 +25,48 @@ def check_parallelism_option(value: int | None, what: str) -> int | None:
 class Stream:
     """A stream of rows; stateless operators run as Spark SQL expressions or Arrow batches."""
 
-    def __init__(self, pipeline: Pipeline, node: nodes.Node) -> None:
+    def __init__(self, pipeline: Pipeline, node_id: int) -> None:
         self.pipeline = pipeline
-        self.node = node
+        self.node_id = node_id
 
-    def _then(self, node: nodes.Node) -> Stream:
-        return Stream(self.pipeline, self.pipeline.adopt(node))
+    @property
+    def node(self) -> nodes.Node:
+        """The plan node of the operator that produced this stream."""
+        return self.pipeline.node(self.node_id)
+
+    def _then(self, kind: type[nodes.Node], name: str, parallelism: int | None = None, **fields: Any) -> Stream:
+        return Stream(self.pipeline, self.pipeline.add(kind, (self.node_id,), name, parallelism, **fields))
 
     def set_name(self, name: str) -> Stream:
         """Name the operator that produced this stream (plans and error messages use it)."""
         if not isinstance(name, str) or not name.strip():
             raise PlanError(f"an operator name must be a non-empty string, got {name!r}")
-        self.node.name = name
+        self.pipeline.replace(self.node_id, name=name)
         return self
 
     def set_parallelism(self, parallelism: int) -> Stream:
         """Run the operator that produced this stream with ``parallelism`` subtasks."""
-        self.node.parallelism = check_parallelism_option(parallelism, f"operator {self.node.name!r}")
+        checked = check_parallelism_option(parallelism, f"operator {self.node.name!r}")
+        self.pipeline.replace(self.node_id, parallelism=checked)
+        return self
+
+    def uid(self, uid: str) -> Stream:
+        """Give the operator that produced this stream a stable id (Flink's ``uid``): its state
+        is restored by this id, so it survives renames and changes elsewhere in the pipeline."""
+        self.pipeline.replace(self.node_id, uid=check_uid(uid))
         return self
 
     def select(self, *expressions: str, name: str = "select", parallelism: int | None = None) -> Stream:
         """Keep or compute columns with Spark SQL expressions: ``select("user", "price * 2 AS double")``."""
         if not expressions or not all(isinstance(e, str) and e.strip() for e in expressions):
             raise PlanError(f"select needs one or more SQL expression strings, got {expressions!r}")
-        return self._then(nodes.SelectNode((self.node,), name, _p(parallelism, name), expressions=expressions))
+        return self._then(nodes.SelectNode, name, _p(parallelism, name), expressions=tuple(expressions))
 
     def filter(self, condition: str, name: str = "filter", parallelism: int | None = None) -> Stream:
         """Keep rows where a Spark SQL condition holds: ``filter("price > 0")``."""
         if not isinstance(condition, str) or not condition.strip():
             raise PlanError(f"filter needs a SQL condition string such as 'price > 0', got {condition!r}")
-        return self._then(nodes.FilterNode((self.node,), name, _p(parallelism, name), condition=condition))
+        return self._then(nodes.FilterNode, name, _p(parallelism, name), condition=condition)
 
     def with_columns(self, **columns: str) -> Stream:
         """Add or replace columns from Spark SQL expressions: ``with_columns(total="price * qty")``.
@@ -62,7 +75,7 @@ class Stream:
         """
         if not columns or not all(isinstance(e, str) and e.strip() for e in columns.values()):
             raise PlanError(f"with_columns needs column=SQL expression pairs, got {columns!r}")
-        return self._then(nodes.WithColumnsNode((self.node,), "with_columns", columns=columns))
+        return self._then(nodes.WithColumnsNode, "with_columns", columns=columns)
 
     def map_batches(
         self,
@@ -82,11 +95,15 @@ class Stream:
             raise PlanError(f"map_batches needs a function, got {function!r}")
         if batch_format not in ("arrow", "pandas"):
             raise PlanError(f"map_batches batch_format={batch_format!r} is invalid; choose arrow or pandas")
-        label = name or getattr(function, "__name__", "map_batches")
-        node = nodes.MapBatchesNode(
-            (self.node,), label, _p(parallelism, label), function=function, schema=schema, batch_format=batch_format
+        label = name or str(getattr(function, "__name__", "map_batches"))
+        return self._then(
+            nodes.MapBatchesNode,
+            label,
+            _p(parallelism, label),
+            function=function,
+            schema=schema,
+            batch_format=batch_format,
         )
-        return self._then(node)
 
     def key_by(self, *keys: str, on_null: Any = None) -> KeyedStream:
         """Partition by key: rows with equal keys meet in one subtask, in one key group.
@@ -100,18 +117,21 @@ class Stream:
             raise PlanError(f"key_by on_null={on_null!r} is not a sink; pass e.g. parquet('out/dead_letters')")
         return KeyedStream(self, tuple(keys), on_null)
 
-    def sink(self, sink: Any, parallelism: int | None = None, name: str | None = None) -> None:
-        """Write this stream to ``sink`` when the pipeline runs."""
+    def sink(self, sink: Any, parallelism: int | None = None, name: str | None = None, uid: str | None = None) -> None:
+        """Write this stream to ``sink`` when the pipeline runs (``uid``: the sink's stable id)."""
         if not hasattr(sink, "write"):
             raise PlanError(f"{sink!r} is not a sink; use parquet(...), json(...), csv(...) or console()")
         label = name or f"sink: {nodes.sink_target(sink)}"
+        checked_uid = None if uid is None else check_uid(uid)
         self.pipeline.add_sink(
-            self.pipeline.adopt(nodes.SinkNode((self.node,), label, _p(parallelism, label), sink=sink))
+            self.pipeline.add(
+                nodes.SinkNode, (self.node_id,), label, _p(parallelism, label), uid=checked_uid, sink=sink
+            )
         )
 
     def to_arrow(self) -> pa.Table:
         """Run the pipeline up to this stream (bounded sources) and return its rows."""
-        return self.pipeline.collect(self.node)
+        return self.pipeline.collect(self.node_id)
 
     def to_pandas(self) -> pd.DataFrame:
         """Like :meth:`to_arrow`, as a pandas DataFrame."""
@@ -135,8 +155,9 @@ class KeyedStream:
 
         Built-ins (count, sum, min, max, avg, first, last, and any other Spark aggregate)
         are partially aggregated before the keyed exchange, so one row per key crosses it.
-        Every keyword is an output column; use :meth:`Stream.set_name` and
-        :meth:`Stream.set_parallelism` on the result for the operator's name and parallelism.
+        Every keyword is an output column; use :meth:`Stream.set_name`,
+        :meth:`Stream.set_parallelism` and :meth:`Stream.uid` on the result for the operator's
+        name, parallelism and stable id.
         """
         if not aggregations or not all(isinstance(e, str) and e.strip() for e in aggregations.values()):
             raise PlanError(
@@ -145,14 +166,9 @@ class KeyedStream:
         clash = set(aggregations) & set(self.keys)
         if clash:
             raise PlanError(f"aggregate output {sorted(clash)} has the name of a key column; rename the aggregate")
-        node = nodes.AggregateNode(
-            (self._stream.node,),
-            "aggregate",
-            keys=self.keys,
-            on_null=self._on_null,
-            aggregations=aggregations,
+        return self._stream._then(
+            nodes.AggregateNode, "aggregate", keys=self.keys, on_null=self._on_null, aggregations=aggregations
         )
-        return self._stream._then(node)
 
     def process(
         self,
@@ -183,9 +199,9 @@ class KeyedStream:
             if not hasattr(descriptor, "arrow_type"):
                 raise PlanError(f"state {state_name!r} is {descriptor!r}; declare ValueState, ListState or MapState")
             descriptor.arrow_type  # validates the type now, at plan time  # noqa: B018
-        label = name or getattr(function, "__name__", "process")
-        node = nodes.ProcessNode(
-            (self._stream.node,),
+        label = name or str(getattr(function, "__name__", "process"))
+        return self._stream._then(
+            nodes.ProcessNode,
             label,
             _p(parallelism, label),
             keys=self.keys,
@@ -195,7 +211,6 @@ class KeyedStream:
             state=dict(state or {}),
             order_by=(order_by,) if isinstance(order_by, str) else tuple(order_by),
         )
-        return self._stream._then(node)
 
 
 def _p(parallelism: int | None, name: str) -> int | None:

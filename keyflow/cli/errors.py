@@ -1,4 +1,5 @@
-"""Turn keyflow's ValueErrors into one red line and exit code 2, never a traceback."""
+"""Turn keyflow's errors (``KeyflowError``: bad input, named with its fix) into one red line
+and exit code 2, never a traceback."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from contextlib import contextmanager
 import typer
 from rich.console import Console
 
+from keyflow.errors import KeyflowError
+
 _stderr = Console(stderr=True, soft_wrap=True)
 
 
@@ -15,6 +18,6 @@ _stderr = Console(stderr=True, soft_wrap=True)
 def user_errors() -> Iterator[None]:
     try:
         yield
-    except ValueError as error:
+    except KeyflowError as error:
         _stderr.print(f"[bold red]error:[/] {error}", highlight=False)
         raise typer.Exit(code=2) from None

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from keyflow import keygroups as kg
 from keyflow.cli.errors import user_errors
+from keyflow.errors import KeyflowError
 
 _FULL_TABLE_ROWS = 64
 _EDGE_ROWS = 16
@@ -64,7 +65,7 @@ def build_report(
     if rescale is not None:
         report["rescale"] = _rescale_summary(chosen, rescale)
         if report["rescale"] is None:
-            raise ValueError(
+            raise KeyflowError(
                 f"--rescale-to {rescale[0]}..{rescale[1]} starts above max parallelism {chosen}, and no job runs "
                 f"above its max parallelism; start the range at {chosen} or lower, or raise --max-parallelism"
             )
@@ -92,7 +93,7 @@ def _policy(name: str) -> kg.Policy:
     for policy in kg.POLICIES:
         if policy == name:
             return policy
-    raise ValueError(f"--policy {name!r} is not a policy; choose one of {', '.join(kg.POLICIES)}")
+    raise KeyflowError(f"--policy {name!r} is not a policy; choose one of {', '.join(kg.POLICIES)}")
 
 
 def _parse_range(text: str | None) -> tuple[int, int] | None:
@@ -104,7 +105,7 @@ def _parse_range(text: str | None) -> tuple[int, int] | None:
     except ValueError:
         bounds = (0, -1)
     if not 1 <= bounds[0] <= bounds[1]:
-        raise ValueError(f"--rescale-to {text!r} is not a range; write it as A..B with 1 <= A <= B, e.g. 1..1024")
+        raise KeyflowError(f"--rescale-to {text!r} is not a range; write it as A..B with 1 <= A <= B, e.g. 1..1024")
     return bounds
 
 

@@ -8,9 +8,14 @@ from pyspark.sql import DataFrame
 from rich.console import Console
 from rich.table import Table
 
+from keyflow.connectors.base import Moves
+
 
 class _Unpublished:
     """A streaming sink with no files to publish: nothing to empty or roll back on restart."""
+
+    def publish(self, moves: Moves) -> None:
+        return None
 
     def reset(self) -> None:
         return None
@@ -34,7 +39,7 @@ class ConsoleSink(_Unpublished):
         Console().print(table)
         return shown.num_rows
 
-    def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:
+    def stage(self, frame: DataFrame, batch: int) -> tuple[int, Moves]:
         """Print the micro-batch's first rows (a console cannot take output back). The whole
         batch is computed, as every streaming sink must: keyed operators write state at the end."""
         cached = frame.persist()
@@ -60,7 +65,7 @@ class BlackholeSink(_Unpublished):
     def write(self, frame: DataFrame) -> None:
         frame.write.format("noop").mode("overwrite").save()
 
-    def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:
+    def stage(self, frame: DataFrame, batch: int) -> tuple[int, Moves]:
         from keyflow.connectors.files import counted_write
 
         return counted_write(frame, lambda observed: observed.write.format("noop").mode("overwrite").save()), []

@@ -9,9 +9,9 @@ from pyarrow import fs
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from keyflow.connectors.base import Moves
 from keyflow.errors import PipelineError, PlanError
-from keyflow.paths import exists, filesystem
-from keyflow.runtime.exchange import with_partitions
+from keyflow.paths import absolute, exists, filesystem
 
 FORMATS = ("parquet", "json", "csv")
 # Malformed JSON/CSV records fail the job by default instead of silently becoming nulls.
@@ -51,13 +51,13 @@ class FileSource:
             reader = reader.schema(self.schema)
         elif self.format == "csv":
             reader = reader.option("inferSchema", "true")
-        return with_partitions(reader.load(spark_path(self.path)), parallelism)
+        return reader.load(absolute(self.path))
 
     def read_stream(self, spark: SparkSession, parallelism: int) -> DataFrame:
         """New files become new data; the schema comes from ``schema`` or the files there now."""
         schema = self.schema
         if not schema:
-            files, root = filesystem(spark_path(self.path))
+            files, root = filesystem(absolute(self.path))
             found = files.get_file_info(fs.FileSelector(root, allow_not_found=True))
             if not any(info.base_name[:1] not in "_." for info in found):
                 raise PipelineError(
@@ -66,7 +66,7 @@ class FileSource:
                 )
             schema = self.read(spark, 1).schema
         reader = spark.readStream.format(self.format).options(**self.options).schema(schema)
-        return reader.load(spark_path(self.path))
+        return reader.load(absolute(self.path))
 
 
 def files(
@@ -91,7 +91,7 @@ class FileSink:
 
     def write(self, frame: DataFrame) -> int:
         """Write ``frame`` and return the number of rows now in the output."""
-        path = spark_path(self.path)
+        path = absolute(self.path)
         frame.write.mode("overwrite").format(self.format).options(**self.options).save(path)
         # Read back the way it was written (header or not; quoted newlines in CSV).
         read_options = {**self.options, "multiLine": "true"} if self.format == "csv" else self.options
@@ -100,27 +100,27 @@ class FileSink:
 
     def reset(self) -> None:
         """A new streaming run starts from an empty output directory (like a batch overwrite)."""
-        files, root = filesystem(spark_path(self.path))
+        files, root = filesystem(absolute(self.path))
         if exists(files, root):
             files.delete_dir_contents(root)
 
     def discard_after(self, batch: int) -> None:
         """Remove published output of batches after ``batch`` (the checkpoint does not have them)."""
-        files, root = filesystem(spark_path(self.path))
+        files, root = filesystem(absolute(self.path))
         for info in files.get_file_info(fs.FileSelector(root, allow_not_found=True)):
             name = info.base_name
             if name.startswith("part-b") and name[6:16].isdigit() and int(name[6:16]) > batch:
                 files.delete_file(info.path)
 
-    def stage(self, frame: DataFrame, batch: int) -> tuple[int, list[list[str]]]:
+    def stage(self, frame: DataFrame, batch: int) -> tuple[int, Moves]:
         """Write one micro-batch under a staging directory (readers skip ``_`` names) and
         return its row count and the moves that publish it once the checkpoint commits.
         A replayed batch overwrites its own staging directory, so publishing is idempotent."""
-        staging = spark_path(f"{self.path}/{STAGING}/batch-{batch:010d}")
+        staging = absolute(f"{self.path}/{STAGING}/batch-{batch:010d}")
         rows = counted_write(frame, lambda observed: observed.write.mode("overwrite").format(self.format).options(
             **self.options).save(staging))  # fmt: skip
         files, root = filesystem(staging)
-        final = filesystem(spark_path(self.path))[1]
+        final = filesystem(absolute(self.path))[1]
         parts = sorted(
             i.base_name for i in files.get_file_info(fs.FileSelector(root)) if i.base_name.startswith("part-")
         )
@@ -130,20 +130,19 @@ class FileSink:
         ]
         return rows, moves
 
+    def publish(self, moves: Moves) -> None:
+        """Move staged files into place; files already moved are skipped (safe to repeat)."""
+        for source, target in moves:
+            files, source_path = filesystem(source)
+            if exists(files, source_path):
+                files.move(source_path, filesystem(target)[1])
+        for directory in {source.rsplit("/", 1)[0] for source, _ in moves}:
+            files, path = filesystem(directory)
+            if exists(files, path):
+                files.delete_dir(path)
+
 
 STAGING = "_keyflow_staging"
-
-
-def publish(moves: list[list[str]]) -> None:
-    """Move staged files into place; files already moved are skipped (safe to repeat)."""
-    for source, target in moves:
-        files, source_path = filesystem(source)
-        if exists(files, source_path):
-            files.move(source_path, filesystem(target)[1])
-    for directory in {source.rsplit("/", 1)[0] for source, _ in moves}:
-        files, path = filesystem(directory)
-        if exists(files, path):
-            files.delete_dir(path)
 
 
 def counted_write(frame: DataFrame, write: Any) -> int:
@@ -163,14 +162,6 @@ def json(path: str | Path, **options: str) -> FileSink:
 
 def csv(path: str | Path, **options: str) -> FileSink:
     return FileSink(path, "csv", options)
-
-
-def spark_path(path: str) -> str:
-    """Local relative paths resolved against this process's working directory.
-
-    Spark's JVM keeps the working directory it started in, which need not be ours.
-    """
-    return path if "://" in path else str(Path(path).absolute())
 
 
 def _exists(path: str) -> bool:

@@ -19,9 +19,10 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 from pyarrow import fs
 
-from keyflow.errors import PlanError
+from keyflow.errors import PlanError, is_positive_int
 from keyflow.keygroups import assign_to_key_groups
 from keyflow.paths import exists, filesystem, lock_file, unlock
+from keyflow.schemas import ColumnsDifferError, TypesDifferError, conform_to
 
 _META = "_log.json"
 
@@ -44,7 +45,7 @@ class Log:
     def create(path: str | Path, splits: int, schema: pa.Schema) -> Log:
         """A new log of ``splits`` splits; ``schema`` is adjusted to types Spark reads
         (timestamps in microseconds, ``large_string`` as ``string``, unsigned as wider signed)."""
-        if isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
+        if not is_positive_int(splits):
             raise PlanError(f"a log needs splits >= 1, got {splits!r}")
         schema = spark_readable(schema)
         files, root = filesystem(str(path))
@@ -141,9 +142,9 @@ def spark_readable(schema: pa.Schema) -> pa.Schema:
 
 
 def _conform(records: pa.Table, schema: pa.Schema) -> pa.Table:
-    if sorted(records.column_names) != sorted(schema.names):
-        raise PlanError(f"records have columns {records.column_names}; the log's schema is {schema.names}")
     try:
-        return records.select(schema.names).cast(schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        return conform_to(records, schema)
+    except ColumnsDifferError:
+        raise PlanError(f"records have columns {records.column_names}; the log's schema is {schema.names}") from None
+    except TypesDifferError as error:
         raise PlanError(f"records do not fit the log's schema ({schema}): {error}") from None

@@ -11,7 +11,6 @@ import itertools
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +21,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from keyflow.connectors.log import Log
 from keyflow.errors import PlanError, positive_option
+from keyflow.paths import absolute
 
 
 class RowRangeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -170,8 +170,7 @@ class LogStreamSource:
 
     def __init__(self, path: str, rows_per_batch: int | None) -> None:
         positive_option(rows_per_batch, "log rows_per_batch")
-        # Spark's Python workers run elsewhere: give them an absolute path.
-        self.path = path if "://" in str(path) else str(Path(path).absolute())
+        self.path = absolute(path)
         self.rows_per_batch = rows_per_batch
         self.splits = Log(self.path).splits  # fails early, naming the path, if it is not a log
 

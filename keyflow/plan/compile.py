@@ -1,67 +1,137 @@
-"""Compile a pipeline's operators into a job graph. Pure: no Spark.
+"""Compile a pipeline's operators into a plan. Pure: no Spark.
 
-Decides every operator's parallelism, the number of key groups, the partitioner on every
-edge, and which operators chain into one vertex (forward edge, single input).
+Decides every operator's parallelism and stable id, the number of key groups, the
+partitioner on every edge, and which operators chain into one vertex (forward edge,
+single input).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from keyflow.api import nodes
 from keyflow.config import Config
 from keyflow.errors import PlanError
 from keyflow.keygroups import default_max_parallelism
 from keyflow.plan.graph import Edge, JobGraph, Operator, Partitioner, Vertex
+from keyflow.plan.nodes import KeyedNode, Node, SinkNode, SourceNode, upstream
+from keyflow.plan.uids import assign_uids
 
 
-def compile_plan(roots: Iterable[nodes.Node], config: Config) -> JobGraph:
-    """The job graph of everything ``roots`` (sinks, or a stream to collect) depend on."""
-    ordered = nodes.upstream_nodes(roots)
+@dataclass(frozen=True)
+class CompiledPlan:
+    """What runs: the job graph (parallelism, K, partitioners, uids), the nodes it was
+    compiled from (functions, sources, sinks) by id, its roots and its configuration.
+
+    The runtime reads everything from here, never from the user's ``Pipeline``.
+    """
+
+    graph: JobGraph
+    nodes: Mapping[int, Node]
+    roots: tuple[int, ...]
+    config: Config
+
+    @property
+    def parallelism(self) -> int:
+        return self.graph.default_parallelism
+
+    @property
+    def max_parallelism(self) -> int:
+        return self.graph.max_parallelism
+
+    @property
+    def explicit_parallelism(self) -> dict[str, int]:
+        """Operators whose parallelism the user set (a rescale keeps it), by uid."""
+        return {self.uid(node.id): node.parallelism for node in self.nodes.values() if node.parallelism is not None}
+
+    def operator(self, node_id: int) -> Operator:
+        return self.graph.operator(node_id)
+
+    def uid(self, node_id: int) -> str:
+        return self.graph.operator(node_id).uid
+
+    def is_keyed(self, node_id: int) -> bool:
+        return self.graph.operator(node_id).keyed
+
+    @property
+    def sinks(self) -> list[SinkNode]:
+        return [node for node in map(self.nodes.__getitem__, self.roots) if isinstance(node, SinkNode)]
+
+    @property
+    def sources(self) -> list[SourceNode]:
+        return [node for node in self.nodes.values() if isinstance(node, SourceNode)]
+
+    def keyed_nodes(self) -> dict[str, KeyedNode]:
+        """The operators that keep keyed state, by uid."""
+        return {self.uid(n.id): n for n in self.nodes.values() if isinstance(n, KeyedNode) and self.is_keyed(n.id)}
+
+    def outputs(self) -> dict[str, tuple[str, Any]]:
+        """Every sink a run writes to, dead-letter sinks included: uid -> (label, sink)."""
+        found = {self.uid(sink.id): (sink.name, sink.sink) for sink in self.sinks}
+        for uid, node in self.keyed_nodes().items():
+            if node.on_null is not None:
+                found[f"{uid}/dead-letters"] = (f"dead letters of {node.name!r}", node.on_null)
+        return found
+
+    def with_config(self, values: Mapping[str, Any]) -> CompiledPlan:
+        """The same operators compiled again with ``values`` on top of the configuration."""
+        return compile_plan(self.nodes, self.roots, self.config.merged(values))
+
+    def rescaled(self, parallelism: int) -> CompiledPlan:
+        """The same plan at another default parallelism; K stays (state lives in K key groups)
+        and operators with an explicit parallelism keep it."""
+        return self.with_config({"parallelism.default": parallelism, "pipeline.max-parallelism": self.max_parallelism})
+
+
+def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config) -> CompiledPlan:
+    """The plan of everything ``roots`` (sinks, or a stream to collect) depend on."""
+    ordered = upstream(nodes, roots)
     default = config.default_parallelism()
-    parallelism = {node.uid: node.parallelism or default for node in ordered}
+    parallelism = {node.id: node.parallelism or default for node in ordered}
     max_parallelism = _max_parallelism(ordered, parallelism, config)
+    uids = assign_uids(ordered)
 
     consumers: dict[int, int] = {}
     for node in ordered:
-        for upstream in node.inputs:
-            consumers[upstream.uid] = consumers.get(upstream.uid, 0) + 1
+        for input_id in node.inputs:
+            consumers[input_id] = consumers.get(input_id, 0) + 1
 
     vertex_of: dict[int, int] = {}
-    chains: list[list[nodes.Node]] = []
+    chains: list[list[Node]] = []
     edges: list[Edge] = []
     input_partitioner: dict[int, Partitioner | None] = {}
     for node in ordered:
-        partitioners = [_partitioner(node, upstream, parallelism) for upstream in node.inputs]
-        input_partitioner[node.uid] = partitioners[0] if partitioners else None
+        partitioners = [_partitioner(node, input_id, parallelism) for input_id in node.inputs]
+        input_partitioner[node.id] = partitioners[0] if partitioners else None
         chainable = (
-            len(node.inputs) == 1
-            and partitioners[0] is Partitioner.FORWARD
-            and consumers.get(node.inputs[0].uid, 0) == 1
+            len(node.inputs) == 1 and partitioners[0] is Partitioner.FORWARD and consumers.get(node.inputs[0]) == 1
         )
         if chainable:
-            vertex = vertex_of[node.inputs[0].uid]
+            vertex = vertex_of[node.inputs[0]]
             chains[vertex].append(node)
         else:
             vertex = len(chains)
             chains.append([node])
-            for upstream, partitioner in zip(node.inputs, partitioners, strict=True):
-                keys = node.keys if isinstance(node, nodes.KeyedNode) else ()
-                edges.append(Edge(vertex_of[upstream.uid], vertex, partitioner, keys))
-        vertex_of[node.uid] = vertex
+            for input_id, partitioner in zip(node.inputs, partitioners, strict=True):
+                keys = tuple(getattr(node, "keys", ())) if partitioner is Partitioner.HASH else ()
+                edges.append(Edge(vertex_of[input_id], vertex, partitioner, keys))
+        vertex_of[node.id] = vertex
 
     vertices = tuple(
         Vertex(
             id=index,
-            parallelism=parallelism[chain[0].uid],
+            parallelism=parallelism[chain[0].id],
             max_parallelism=max_parallelism,
             operators=tuple(
                 Operator(
-                    node.uid,
+                    node.id,
+                    uids[node.id],
                     node.name,
                     node.kind,
-                    parallelism[node.uid],
-                    _value(input_partitioner[node.uid]),
+                    parallelism[node.id],
+                    _value(input_partitioner[node.id]),
                     node.describe(),
                 )
                 for node in chain
@@ -69,7 +139,7 @@ def compile_plan(roots: Iterable[nodes.Node], config: Config) -> JobGraph:
         )
         for index, chain in enumerate(chains)
     )
-    return JobGraph(
+    graph = JobGraph(
         name=str(config["pipeline.name"]),
         max_parallelism=max_parallelism,
         key_hash="spark",
@@ -77,21 +147,24 @@ def compile_plan(roots: Iterable[nodes.Node], config: Config) -> JobGraph:
         vertices=vertices,
         edges=tuple(edges),
     )
+    # As it reads back from JSON, so it compares equal to the plan a checkpoint persisted.
+    persisted = JobGraph.from_dict(json.loads(graph.to_json()))
+    return CompiledPlan(persisted, {node.id: node for node in ordered}, tuple(roots), config)
 
 
 def _value(partitioner: Partitioner | None) -> str | None:
     return partitioner.value if partitioner else None
 
 
-def _partitioner(node: nodes.Node, upstream: nodes.Node, parallelism: dict[int, int]) -> Partitioner:
-    if isinstance(node, nodes.KeyedNode):
+def _partitioner(node: Node, input_id: int, parallelism: dict[int, int]) -> Partitioner:
+    if node.keyed:
         return Partitioner.HASH
-    if parallelism[node.uid] == parallelism[upstream.uid]:
+    if parallelism[node.id] == parallelism[input_id]:
         return Partitioner.FORWARD
     return Partitioner.REBALANCE
 
 
-def _max_parallelism(ordered: list[nodes.Node], parallelism: dict[int, int], config: Config) -> int:
+def _max_parallelism(ordered: list[Node], parallelism: dict[int, int], config: Config) -> int:
     highest = max(parallelism.values())
     configured = config["pipeline.max-parallelism"]
     if configured is None:
@@ -100,9 +173,9 @@ def _max_parallelism(ordered: list[nodes.Node], parallelism: dict[int, int], con
         except ValueError:
             raise PlanError(f"parallelism {highest} is above the largest possible max parallelism 32768") from None
     for node in ordered:
-        if parallelism[node.uid] > configured:
+        if parallelism[node.id] > configured:
             raise PlanError(
-                f"operator {node.name!r} has parallelism {parallelism[node.uid]}, above pipeline.max-parallelism "
+                f"operator {node.name!r} has parallelism {parallelism[node.id]}, above pipeline.max-parallelism "
                 f"{configured}; lower its parallelism to at most {configured} or raise pipeline.max-parallelism"
             )
     return int(configured)

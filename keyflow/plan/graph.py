@@ -7,7 +7,9 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-PLAN_FORMAT_VERSION = 1
+from keyflow.errors import PlanError
+
+PLAN_FORMAT_VERSION = 2  # 2: operators carry a stable ``uid`` (a string) beside their ``id``
 
 
 class Partitioner(StrEnum):
@@ -21,12 +23,20 @@ class Partitioner(StrEnum):
 
 @dataclass(frozen=True)
 class Operator:
-    uid: int
+    """One operator: ``id`` wires the graph (creation order), ``uid`` names its state."""
+
+    id: int
+    uid: str
     name: str
     kind: str
     parallelism: int
     input_partitioner: str | None
     details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def keyed(self) -> bool:
+        """Whether it keeps keyed state: its input arrives partitioned by key group."""
+        return self.input_partitioner == Partitioner.HASH.value
 
 
 @dataclass(frozen=True)
@@ -60,17 +70,19 @@ class JobGraph:
     vertices: tuple[Vertex, ...]
     edges: tuple[Edge, ...]
 
-    def vertex_of(self, uid: int) -> Vertex:
-        for vertex in self.vertices:
-            if any(operator.uid == uid for operator in vertex.operators):
-                return vertex
-        raise KeyError(uid)
+    @property
+    def operators(self) -> tuple[Operator, ...]:
+        return tuple(operator for vertex in self.vertices for operator in vertex.operators)
 
-    def operator(self, uid: int) -> Operator:
-        for operator in self.vertex_of(uid).operators:
-            if operator.uid == uid:
+    def operator(self, operator_id: int) -> Operator:
+        for operator in self.operators:
+            if operator.id == operator_id:
                 return operator
-        raise KeyError(uid)
+        raise KeyError(operator_id)
+
+    def keyed_operators(self) -> dict[str, Operator]:
+        """The operators that keep keyed state, by uid."""
+        return {operator.uid: operator for operator in self.operators if operator.keyed}
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -86,7 +98,7 @@ class JobGraph:
     def from_dict(data: dict[str, Any]) -> JobGraph:
         version = data.get("format_version")
         if version != PLAN_FORMAT_VERSION:
-            raise ValueError(
+            raise PlanError(
                 f"plan format_version {version!r} is not supported by this keyflow (it reads version "
                 f"{PLAN_FORMAT_VERSION}); use the keyflow release that wrote it"
             )
@@ -120,7 +132,8 @@ class JobGraph:
             lines.append(f"  [{vertex.id}] parallelism {vertex.parallelism}: {vertex.name}")
             for operator in vertex.operators:
                 details = ", ".join(f"{key}={value}" for key, value in operator.details.items())
-                lines.append(f"        {operator.kind}: {details}" if details else f"        {operator.kind}")
+                uid = f" (uid {operator.uid})"
+                lines.append(f"        {operator.kind}{uid}: {details}" if details else f"        {operator.kind}{uid}")
             for edge in self.edges:
                 if edge.target == vertex.id:
                     keys = f" by {', '.join(edge.keys)}" if edge.keys else ""

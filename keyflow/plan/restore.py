@@ -2,7 +2,7 @@
 
 The first run persists its plan next to its state; a restore reads it back and never
 re-derives what state depends on: the number of key groups, the key hash, and which
-keyed operator (by uid) owns which state.
+keyed operator (by uid, see ``keyflow.plan.uids``) owns which state.
 """
 
 from __future__ import annotations
@@ -11,12 +11,6 @@ from typing import Any
 
 from keyflow.errors import PlanError
 from keyflow.plan.graph import JobGraph, Operator
-
-KEYED_KINDS = ("aggregate", "process")
-
-
-def keyed_operators(plan: JobGraph) -> dict[int, Operator]:
-    return {op.uid: op for vertex in plan.vertices for op in vertex.operators if op.kind in KEYED_KINDS}
 
 
 def state_signature(operator: Operator) -> dict[str, Any]:
@@ -35,9 +29,10 @@ def check_restorable(
     configured_max_parallelism: int | None,
     ignore_unclaimed_state: bool,
     checkpoint: str,
-) -> list[int]:
+) -> list[str]:
     """Raise a PlanError with the fix if ``current`` cannot take over ``saved``'s state;
     return the uids of saved operators whose state is dropped (only when allowed)."""
+    before, now = saved.keyed_operators(), current.keyed_operators()
     if saved.name != current.name:
         raise PlanError(
             f"checkpoint {checkpoint} belongs to pipeline {saved.name!r}, not {current.name!r}; "
@@ -54,17 +49,16 @@ def check_restorable(
             f"checkpoint {checkpoint} was written with key hash {saved.key_hash!r}, this pipeline uses "
             f"{current.key_hash!r}; keys would land in other key groups; restore with the same hash"
         )
-    before, now = keyed_operators(saved), keyed_operators(current)
     for uid, operator in now.items():
         if uid not in before:
             raise PlanError(
-                f"operator {operator.name!r} (uid {uid}) has no state in checkpoint {checkpoint}, which holds "
+                f"operator {operator.name!r} (uid {uid!r}) has no state in checkpoint {checkpoint}, which holds "
                 f"{_described(before)}; is this the checkpoint of another pipeline? Start with a new checkpoint "
-                "directory"
+                "directory, or, if the operator was renamed, give it its old uid with .uid(...)"
             )
         if state_signature(before[uid]) != state_signature(operator):
             raise PlanError(
-                f"operator {operator.name!r} (uid {uid}) keeps {state_signature(operator)} but checkpoint "
+                f"operator {operator.name!r} (uid {uid!r}) keeps {state_signature(operator)} but checkpoint "
                 f"{checkpoint} holds {state_signature(before[uid])} for it; its state cannot be restored. "
                 "Keep the keys and state declarations, or start with a new checkpoint directory"
             )
@@ -77,5 +71,5 @@ def check_restorable(
     return unclaimed
 
 
-def _described(operators: dict[int, Operator]) -> str:
-    return ", ".join(f"{op.name!r} (uid {uid}, {op.kind})" for uid, op in operators.items()) or "no keyed state"
+def _described(operators: dict[str, Operator]) -> str:
+    return ", ".join(f"{op.name!r} (uid {uid!r}, {op.kind})" for uid, op in operators.items()) or "no keyed state"

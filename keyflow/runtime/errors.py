@@ -7,8 +7,12 @@ need is the keyflow line inside, or the first line of Spark's own error class me
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
-from keyflow.errors import WORKER_ERROR_MARKER, PipelineError
+from keyflow.errors import WORKER_ERROR_MARKER, KeyflowError, PipelineError
+
+T = TypeVar("T")
 
 _READ_FAILURE = re.compile(r"Encountered error while reading file (\S+?)\.?\s")
 _MALFORMED = re.compile(r"Malformed records are detected in record parsing")
@@ -44,3 +48,13 @@ def first_line(text: str) -> str:
         if line and not line.startswith(("SQLSTATE", "==", "at ", "JVM stacktrace")):
             return line
     return text.strip()
+
+
+def guarded(action: Callable[[], T], where: str) -> T:
+    """Run a Spark action; turn its failure into one clear keyflow error naming ``where``."""
+    try:
+        return action()
+    except KeyflowError:
+        raise
+    except Exception as error:
+        raise translate(error, where) from None

@@ -15,10 +15,9 @@ import numpy as np
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from keyflow.keygroups import assign_to_key_groups
+from keyflow.keygroups import KEY_GROUP_COLUMN, assign_to_key_groups
 from keyflow.runtime.keygroups import key_group_column, subtask_column
 
-KEY_GROUP = "__keyflow_key_group"
 _ROUTE = "__keyflow_route"
 
 
@@ -52,14 +51,14 @@ def keyed_exchange(
 ) -> DataFrame:
     """Repartition so Spark partition ``i`` holds exactly subtask ``i``'s key groups.
 
-    With ``keep_key_group`` the key group stays as a column (``KEY_GROUP``) for the keyed
+    With ``keep_key_group`` the key group stays as a column (``KEY_GROUP_COLUMN``) for the keyed
     operator downstream. With ``fail_on_null``, a row whose key has a null stops the job
     with that message.
     """
     key_group = key_group_column(list(keys), max_parallelism)
     if keep_key_group:
-        frame = frame.withColumn(KEY_GROUP, key_group)
-        key_group = F.col(KEY_GROUP)
+        frame = frame.withColumn(KEY_GROUP_COLUMN, key_group)
+        key_group = F.col(KEY_GROUP_COLUMN)
     route = route_column(subtask_column(key_group, max_parallelism, parallelism), parallelism)
     if fail_on_null is not None:
         route = F.when(null_key_condition(keys), F.raise_error(F.lit(fail_on_null))).otherwise(route)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -12,10 +13,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from keyflow.api import nodes
-from keyflow.api.state import ValueState
 from keyflow.errors import PlanError
-from keyflow.plan.graph import JobGraph
+from keyflow.plan import nodes
+from keyflow.plan.descriptors import ValueState
+from keyflow.plan.graph import Operator
 from keyflow.runtime.aggregates import PartialMerge, mergeable_aggregates
 from keyflow.runtime.errors import first_line
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
@@ -55,13 +56,14 @@ def require_key_columns(node: nodes.KeyedNode, frame: DataFrame) -> None:
 def apply_keyed(
     node: nodes.KeyedNode,
     frame: DataFrame,
-    plan: JobGraph,
+    operator: Operator,
+    max_parallelism: int,
     null_keys: str,
-    backend: MemoryState | CheckpointedState | None = None,
+    keyed_state: CheckpointedState | None = None,
 ) -> DataFrame:
     """aggregate and process: exact exchange by key group, then the keyed operator.
 
-    ``backend`` is where keyed state lives: None for a batch run (an aggregate is then
+    ``keyed_state`` is where keyed state lives: None for a batch run (an aggregate is then
     one Spark aggregation), a checkpoint in streaming (an aggregate's partials of each
     micro-batch are merged into state).
 
@@ -71,9 +73,8 @@ def apply_keyed(
     An aggregate applies it after Spark's aggregation, where all rows of a null key have
     become one row, so the check costs nothing per input row.
     """
-    parallelism = plan.operator(node.uid).parallelism
-    max_parallelism = plan.max_parallelism
-    fail_message = f"{NULL_KEY_MARKER} {node.uid}" if null_keys == "fail" else None
+    parallelism = operator.parallelism
+    fail_message = f"{NULL_KEY_MARKER} {node.id}" if null_keys == "fail" else None
 
     def exchange(rows: DataFrame, keep_key_group: bool) -> DataFrame:
         if null_keys == "drop":
@@ -81,16 +82,16 @@ def apply_keyed(
         return keyed_exchange(rows, node.keys, max_parallelism, parallelism, keep_key_group, fail_message)
 
     def run(
-        exchanged: DataFrame, function: Any, schema: pa.Schema, state: dict[str, Any], order_by: tuple
+        exchanged: DataFrame, function: Any, schema: pa.Schema, state: Mapping[str, Any], order_by: tuple
     ) -> DataFrame:
         runner = ProcessRunner(
             function, schema, node.keys, order_by, state, max_parallelism, parallelism,
-            f"{node.kind} {node.name!r}", backend or MemoryState(),
+            f"{node.kind} {node.name!r}", keyed_state or MemoryState(),
         )  # fmt: skip
         return map_in_arrow(exchanged, runner, schema, node)
 
     try:
-        if isinstance(node, nodes.AggregateNode) and backend is None:
+        if isinstance(node, nodes.AggregateNode) and keyed_state is None:
             aggregated = frame.groupBy(*node.keys).agg(
                 *[F.expr(expression).alias(name) for name, expression in node.aggregations.items()]
             )
@@ -115,7 +116,7 @@ def apply_keyed(
                 if column not in frame.columns:
                     raise PlanError(f"operator {node.name!r}: order_by column {column!r} not found in {frame.columns}")
             ordered = exchange(frame, keep_key_group=True).sortWithinPartitions(*node.keys)
-            return run(ordered, node.function, schema, node.state, node.order_by)
+            return run(ordered, node.function, schema, dict(node.state), node.order_by)
     except (AnalysisException, ParseException) as error:
         raise PlanError(f"operator {node.name!r} ({node.kind}: {_described(node)}): {first_line(str(error))}") from None
     raise AssertionError(node.kind)

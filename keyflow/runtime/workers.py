@@ -13,12 +13,12 @@ import numpy as np
 import pyarrow as pa
 from pyspark import TaskContext
 
-from keyflow.api.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView, same_keys
-from keyflow.api.state import ListState, MapState, StateDescriptor
 from keyflow.errors import WORKER_ERROR_MARKER
-from keyflow.keygroups import key_group_range
-from keyflow.runtime.exchange import KEY_GROUP
+from keyflow.keygroups import KEY_GROUP_COLUMN, key_group_range
+from keyflow.plan.descriptors import ListState, MapState, StateDescriptor
+from keyflow.schemas import ColumnsDifferError, TypesDifferError, conform_to
 from keyflow.state.durable import CheckpointedState, MemoryState
+from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView, key_boundaries
 
 
 class WorkerError(RuntimeError):
@@ -44,15 +44,14 @@ def conform(result: Any, schema: pa.Schema, operator: str) -> pa.Table:
             f"{WORKER_ERROR_MARKER}{operator} returned {type(result).__name__}; "
             "return a pyarrow.Table, pyarrow.RecordBatch or pandas.DataFrame"
         )
-    if sorted(table.column_names) != sorted(schema.names):
+    try:
+        return conform_to(table, schema)
+    except ColumnsDifferError:
         raise WorkerError(
             f"{WORKER_ERROR_MARKER}{operator} returned columns {table.column_names} but its schema declares "
             f"{schema.names}; return exactly the declared columns or change the schema"
-        )
-    table = table.select(schema.names)
-    try:
-        return table.cast(schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+        ) from None
+    except TypesDifferError as error:
         returned = ", ".join(f"{f.name} {f.type}" for f in table.schema)
         raise WorkerError(
             f"{WORKER_ERROR_MARKER}{operator} returned ({returned}) which does not fit its schema "
@@ -91,17 +90,17 @@ class ProcessRunner:
         max_parallelism: int,
         parallelism: int,
         operator: str,
-        backend: MemoryState | CheckpointedState,
+        keyed_state: MemoryState | CheckpointedState,
     ) -> None:
         self.function, self.schema, self.keys, self.order_by, self.state = function, schema, keys, order_by, state
         self.max_parallelism, self.parallelism, self.operator = max_parallelism, parallelism, operator
-        self.backend = backend
+        self.keyed_state = keyed_state
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
         self._subtask = context.partitionId() if context else 0
         self._range = key_group_range(self.max_parallelism, self.parallelism, self._subtask)
-        self._store = self.backend.open(self.state, self._subtask, *self._range)
+        self._store = self.keyed_state.open(self.state, self._subtask, *self._range)
         self._kinds = {name: _view_kind(descriptor) for name, descriptor in self.state.items()}
         pending: pa.Table | None = None
         for batch in batches:
@@ -117,19 +116,19 @@ class ProcessRunner:
                 yield from self._run(table)
         if pending is not None and pending.num_rows:
             yield from self._run(pending)
-        self.backend.close(self._store, self._subtask, *self._range)
+        self.keyed_state.close(self._store, self._subtask, *self._range)
 
     def _run(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
         if self.order_by:
             table = table.sort_by([(column, "ascending") for column in (*self.keys, *self.order_by)])
-        key_groups = table.column(KEY_GROUP).to_numpy().astype(np.int32)
+        key_groups = table.column(KEY_GROUP_COLUMN).to_numpy().astype(np.int32)
         first, last = self._range
         if key_groups.min() < first or key_groups.max() > last:
             raise WorkerError(
                 f"{WORKER_ERROR_MARKER}{self.operator}: subtask {self._subtask} received key groups outside its "
                 f"range {first}..{last}; the keyed exchange is broken (please report this)"
             )
-        keyed = KeyedBatch.from_sorted(table.drop_columns([KEY_GROUP]), self.keys, key_groups, self._subtask)
+        keyed = KeyedBatch.from_sorted(table.drop_columns([KEY_GROUP_COLUMN]), self.keys, key_groups, self._subtask)
         state = KeyedState(self._store, self._store.slots(keyed.keys, keyed.key_groups), self._kinds)
         result = _call_user(self.function, self.operator, keyed, state)
         yield from conform(result, self.schema, self.operator).to_batches()
@@ -137,12 +136,7 @@ class ProcessRunner:
 
 def _last_key_start(table: pa.Table, keys: tuple[str, ...]) -> int:
     """Where the rows of the table's last key begin (rows are grouped by key)."""
-    same = np.ones(table.num_rows, dtype=bool)
-    for key in keys:
-        column = table.column(key)
-        same &= same_keys(column, pa.repeat(column[-1], table.num_rows))
-    differing = np.flatnonzero(~same)
-    return int(differing[-1]) + 1 if len(differing) else 0
+    return int(np.flatnonzero(key_boundaries(table, keys))[-1])
 
 
 def _view_kind(descriptor: StateDescriptor) -> type[ValueStateView]:

@@ -17,40 +17,28 @@ key-group range, so any range can be restored from files written at any parallel
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs
 
 from keyflow.errors import KeyflowError
-from keyflow.paths import exists, filesystem, lock_file
-from keyflow.state.memory import KEY_GROUP_FIELD, KeyedStateStore
+from keyflow.keygroups import KEY_GROUP_COLUMN
+from keyflow.paths import absolute, exists, filesystem, lock_file
+from keyflow.state.assignment import StateFile, base_versions
+from keyflow.state.memory import KeyedStateStore
 
 FORMAT_VERSION = 1
 LOCK_FILE = ".keyflow.lock"
 KEYS_METADATA = b"keyflow.keys_in_range"
-
-
-@dataclass(frozen=True)
-class StateFile:
-    """One state file as the manifest lists it (``path`` relative to the checkpoint)."""
-
-    path: str
-    kind: str  # "delta" or "full"
-    version: int
-    first: int
-    last: int
-    rows: int
-    keys_in_range: int
-    bytes: int
 
 
 @dataclass
@@ -85,8 +73,7 @@ class Checkpoint:
 
     def __init__(self, uri: str) -> None:
         self.fs, self.root = filesystem(uri)
-        # Absolute: Spark's Python workers open it too, from another working directory.
-        self.uri = uri if "://" in uri else self.root
+        self.uri = absolute(uri)  # Spark's Python workers open it too, from another working directory
 
     def path(self, relative: str) -> str:
         return f"{self.root}/{relative}"
@@ -97,7 +84,7 @@ class Checkpoint:
 
     def read_text(self, relative: str) -> str:
         with self.fs.open_input_stream(self.path(relative)) as stream:
-            return stream.read().decode()
+            return str(stream.read().decode())
 
     def write_atomically(self, relative: str, data: bytes) -> None:
         """Write to a temporary name, then move into place: readers see all or nothing."""
@@ -123,13 +110,7 @@ class Checkpoint:
             )
         return handle
 
-    # -- plan and events ---------------------------------------------------------------------
-    def read_plan(self) -> dict[str, Any] | None:
-        return json.loads(self.read_text("plan.json")) if self.exists("plan.json") else None
-
-    def write_plan(self, plan: dict[str, Any]) -> None:
-        self.write_atomically("plan.json", json.dumps(plan, indent=1).encode())
-
+    # -- events ------------------------------------------------------------------------------
     def append_event(self, event: dict[str, Any]) -> None:
         self.append_lines("events.jsonl", [json.dumps(event)])
 
@@ -163,7 +144,7 @@ class Checkpoint:
 
     # -- state files -------------------------------------------------------------------------
     def version_dir(self, uid: str, version: int) -> str:
-        return f"state/op-{uid}/v-{version:010d}"
+        return f"state/{operator_dir(uid)}/v-{version:010d}"
 
     def written_files(self, uid: str, version: int) -> list[StateFile]:
         """The state files subtasks wrote for ``version`` (read from their footers)."""
@@ -220,6 +201,13 @@ class Checkpoint:
         return dropped
 
 
+def operator_dir(uid: str) -> str:
+    """The directory of an operator's state: ``op-<uid>``, with characters that are not safe
+    in paths on every filesystem (HDFS refuses ':') replaced and a hash of the uid added."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", uid)
+    return f"op-{safe}" if safe == uid else f"op-{safe}-{hashlib.sha1(uid.encode()).hexdigest()[:8]}"
+
+
 def _version_of(relative: str) -> int:
     part = next(p for p in relative.split("/") if p.startswith("v-"))
     return int(part.removeprefix("v-"))
@@ -240,28 +228,6 @@ def write_state_file(
     checkpoint.write_atomically(f"{checkpoint.version_dir(uid, version)}/{name}", sink.getvalue().to_pybytes())
 
 
-def base_versions(files: Iterable[StateFile], max_parallelism: int) -> np.ndarray:
-    """Per key group, the version of the newest full file covering it (-1: none)."""
-    base = np.full(max_parallelism, -1, dtype=np.int64)
-    for f in files:
-        if f.kind == "full":
-            np.maximum(base[f.first : f.last + 1], f.version, out=base[f.first : f.last + 1])
-    return base
-
-
-def needed_files(files: Iterable[StateFile], max_parallelism: int) -> list[StateFile]:
-    """The files a restore of any key group still reads: each key group's newest full file
-    and the deltas after it. Everything else is superseded."""
-    files = list(files)
-    base = base_versions(files, max_parallelism)
-    keep = []
-    for f in files:
-        covered = base[f.first : f.last + 1]
-        if (f.kind == "full" and (covered == f.version).any()) or (f.kind == "delta" and (covered < f.version).any()):
-            keep.append(f)
-    return sorted(keep, key=lambda f: (f.version, f.first))
-
-
 def restore(
     checkpoint: Checkpoint,
     files: list[StateFile],
@@ -279,7 +245,7 @@ def restore(
         if f.last < first or f.first > last or f.version <= after_version:
             continue
         table = _read_range(checkpoint, f, first, last)
-        key_groups = table.column(KEY_GROUP_FIELD).to_numpy()
+        key_groups = table.column(KEY_GROUP_COLUMN).to_numpy()
         current = base[key_groups]
         keep = (f.version > current) | ((f.version == current) & (f.kind == "full"))
         if not keep.all():
@@ -288,27 +254,10 @@ def restore(
     store.take_touched()
 
 
-def delta_depth(files: Iterable[StateFile], max_parallelism: int) -> np.ndarray:
-    """Per key group, how many delta files a restore reads after its newest full file."""
-    files = list(files)
-    base = base_versions(files, max_parallelism)
-    depth = np.zeros(max_parallelism, dtype=np.int64)
-    for f in files:
-        if f.kind == "delta":
-            depth[f.first : f.last + 1] += base[f.first : f.last + 1] < f.version
-    return depth
-
-
-def can_catch_up(files: list[StateFile], first: int, last: int, max_parallelism: int, held_version: int) -> bool:
-    """Whether a store holding ``held_version`` of the range can be brought up to date with
-    deltas alone (no full file of the range is newer than what it holds)."""
-    return bool(base_versions(files, max_parallelism)[first : last + 1].max(initial=-1) <= held_version)
-
-
 def _read_range(checkpoint: Checkpoint, f: StateFile, first: int, last: int) -> pa.Table:
     with checkpoint.fs.open_input_file(checkpoint.path(f.path)) as handle:
         table = pq.read_table(handle)
     if first <= f.first and f.last <= last:
         return table
-    key_groups = table.column(KEY_GROUP_FIELD)
+    key_groups = table.column(KEY_GROUP_COLUMN)
     return table.filter(pc.and_(pc.greater_equal(key_groups, first), pc.less_equal(key_groups, last)))

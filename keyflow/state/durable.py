@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from keyflow.api.state import StateDescriptor
 from keyflow.errors import WORKER_ERROR_MARKER
-from keyflow.state.checkpoint import Checkpoint, StateFile, can_catch_up, restore, write_state_file
+from keyflow.plan.descriptors import StateDescriptor
+from keyflow.state.assignment import StateFile, can_catch_up
+from keyflow.state.checkpoint import Checkpoint, restore, write_state_file
 from keyflow.state.memory import KeyedStateStore
+from keyflow.state.plan_file import PLAN_FILE
 
 
 class MemoryState:
@@ -47,7 +49,7 @@ class CheckpointedState:
     def open(self, descriptors: dict[str, StateDescriptor], subtask: int, first: int, last: int) -> KeyedStateStore:
         cached = _CACHE.take((self.checkpoint_id, self.uid), self.run_id, first, last)
         checkpoint = Checkpoint(self.checkpoint_uri)
-        if not checkpoint.exists("plan.json"):
+        if not checkpoint.exists(PLAN_FILE):
             raise RuntimeError(
                 f"{WORKER_ERROR_MARKER}checkpoint {self.checkpoint_uri} is not visible from Spark's workers; on a "
                 "cluster put checkpoints on storage every executor reaches (a shared filesystem, HDFS, S3)"

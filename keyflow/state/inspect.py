@@ -8,12 +8,13 @@ from typing import Any
 from keyflow.errors import PlanError
 from keyflow.scheduler.timeline import LOG_FILE
 from keyflow.state.checkpoint import Checkpoint, CheckpointError
+from keyflow.state.plan_file import PLAN_FILE, PlanFile, read_plan_file
 
 
 def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
     """A JSON-ready summary of ``checkpoint`` (raises CheckpointError if it is not one)."""
-    plan = _saved_plan(checkpoint)["plan"]
-    operators = {str(op["uid"]): op for vertex in plan["vertices"] for op in vertex["operators"] if op["kind"] in KEYED}
+    plan = _saved_plan(checkpoint).graph
+    operators = plan.keyed_operators()
     manifests = []
     for version in checkpoint.versions():
         try:
@@ -27,10 +28,10 @@ def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
         newest = [f for f in files if latest and f.version == latest.version]
         state.append(
             {
-                "uid": int(uid),
-                "name": operator["name"],
-                "kind": operator["kind"],
-                "keys": operator["details"].get("keys"),
+                "uid": uid,
+                "name": operator.name,
+                "kind": operator.kind,
+                "keys": operator.details.get("keys"),
                 "state_files": len(files),
                 "state_bytes": sum(f.bytes for f in files),
                 "keys_stored": sum(f.keys_in_range for f in newest),
@@ -39,16 +40,13 @@ def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
         )
     return {
         "checkpoint": checkpoint.uri,
-        "pipeline": plan["name"],
-        "max_parallelism": plan["max_parallelism"],
-        "key_hash": plan["key_hash"],
+        "pipeline": plan.name,
+        "max_parallelism": plan.max_parallelism,
+        "key_hash": plan.key_hash,
         "versions": [{"version": m.version, "parallelism": m.parallelism, "created": m.created} for m in manifests],
         "operators": state,
         "events": checkpoint.events(),
     }
-
-
-KEYED = ("aggregate", "process")
 
 
 def scheduler_log(checkpoint: Checkpoint) -> list[dict[str, Any]]:
@@ -62,9 +60,9 @@ def scheduler_log(checkpoint: Checkpoint) -> list[dict[str, Any]]:
     return [json.loads(line) for line in checkpoint.read_text(LOG_FILE).splitlines() if line.strip()]
 
 
-def _saved_plan(checkpoint: Checkpoint) -> dict[str, Any]:
-    saved = checkpoint.read_plan()
+def _saved_plan(checkpoint: Checkpoint) -> PlanFile:
+    saved = read_plan_file(checkpoint)
     if saved is None:
-        raise CheckpointError(f"{checkpoint.uri} is not a keyflow checkpoint (no plan.json); give the directory "
+        raise CheckpointError(f"{checkpoint.uri} is not a keyflow checkpoint (no {PLAN_FILE}); give the directory "
                               "passed to run(checkpoint=...) or --checkpoint")  # fmt: skip
     return saved

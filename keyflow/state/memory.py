@@ -15,10 +15,10 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from keyflow.api.state import StateDescriptor
+from keyflow.keygroups import KEY_GROUP_COLUMN
+from keyflow.plan.descriptors import StateDescriptor
 
 Slots = npt.NDArray[np.int64]
-KEY_GROUP_FIELD = "__key_group"
 
 
 class StateColumn:
@@ -213,15 +213,15 @@ class KeyedStateStore:
         ]
         columns = [*key_columns, pa.array(self._key_groups[slots], pa.int32())]
         columns += [column.get(slots) for column in self.columns.values()]
-        names = [*schema.names, KEY_GROUP_FIELD, *self.columns]
+        names = [*schema.names, KEY_GROUP_COLUMN, *self.columns]
         return pa.Table.from_arrays(columns, names=names)
 
     def upsert(self, table: pa.Table) -> None:
         """Write rows of the state file format into this store (later rows of a key win)."""
         if table.num_rows == 0:
             return
-        key_names = [name for name in table.column_names if name != KEY_GROUP_FIELD and name not in self.columns]
-        key_groups = table.column(KEY_GROUP_FIELD).to_numpy().astype(np.int32)
+        key_names = [name for name in table.column_names if name != KEY_GROUP_COLUMN and name not in self.columns]
+        key_groups = table.column(KEY_GROUP_COLUMN).to_numpy().astype(np.int32)
         slots = self.slots(table.select(key_names), key_groups)
         for name, column in self.columns.items():
             column.set(slots, table.column(name))

@@ -1,7 +1,8 @@
 """State descriptors: the per-key state a ``process`` function declares up front.
 
 Declaring state (name and Arrow type) before the pipeline runs lets keyflow validate it,
-store it by key group and, in streaming, persist and restore it across rescales.
+store it by key group and, in streaming, persist and restore it across rescales. They are
+part of the plan: a restore matches each operator's declared state with the checkpoint's.
 """
 
 from __future__ import annotations

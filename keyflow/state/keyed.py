@@ -1,5 +1,8 @@
 """What a ``process`` function receives: a batch of rows grouped by key, and its state.
 
+The runtime builds both in Spark's Python workers; users import them as ``keyflow.KeyedBatch``
+and ``keyflow.KeyedState``.
+
 Both are vectorised: the function sees whole Arrow columns and reads or writes the state
 of every key in the batch at once, never one record per Python call.
 """
@@ -37,7 +40,7 @@ class KeyedBatch:
 
     @property
     def num_keys(self) -> int:
-        return self.keys.num_rows
+        return int(self.keys.num_rows)
 
     def running_sum(self, values: Any, initial: Any = None) -> npt.NDArray[Any]:
         """Per-key cumulative sum of ``values`` in row order, starting from ``initial[j]``
@@ -50,11 +53,12 @@ class KeyedBatch:
         if initial is not None:
             start = initial.fill_null(0) if isinstance(initial, pa.Array) else pa.array(initial).fill_null(0)
             running = running + start.to_numpy(zero_copy_only=False)[self.key_index]
-        return running
+        return np.asarray(running)
 
     def last_per_key(self, values: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """Each key's value at its last row (e.g. the running sum to store as state)."""
-        return np.asarray(values)[self.starts + self.counts - 1]
+        last: npt.NDArray[Any] = np.asarray(values)[self.starts + self.counts - 1]
+        return last
 
     @staticmethod
     def from_sorted(
@@ -62,13 +66,7 @@ class KeyedBatch:
     ) -> KeyedBatch:
         """Find key boundaries in rows already sorted by key (one vectorised pass per key column)."""
         rows = data.num_rows
-        boundary = np.zeros(rows, dtype=bool)
-        if rows:
-            boundary[0] = True
-        for name in key_names:
-            column = data.column(name)
-            if rows > 1:
-                boundary[1:] |= ~same_keys(column.slice(1), column.slice(0, rows - 1))
+        boundary = key_boundaries(data, key_names)
         starts = np.flatnonzero(boundary).astype(np.int64)
         counts = np.diff(np.append(starts, rows)).astype(np.int64)
         key_index = np.cumsum(boundary).astype(np.int64) - 1
@@ -81,6 +79,20 @@ class KeyedBatch:
             key_groups=key_groups[starts],
             subtask=subtask,
         )
+
+
+def key_boundaries(data: pa.Table, key_names: tuple[str, ...]) -> npt.NDArray[np.bool_]:
+    """True at every row whose key differs from the previous row's (the first row included),
+    for rows grouped by key."""
+    rows = data.num_rows
+    boundary = np.zeros(rows, dtype=bool)
+    if rows:
+        boundary[0] = True
+    for name in key_names:
+        column = data.column(name)
+        if rows > 1:
+            boundary[1:] |= ~same_keys(column.slice(1), column.slice(0, rows - 1))
+    return boundary
 
 
 def same_keys(left: Any, right: Any) -> npt.NDArray[np.bool_]:

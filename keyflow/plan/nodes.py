@@ -1,121 +1,127 @@
-"""The logical operators a pipeline is built from: one small class per operator.
+"""The logical operators a pipeline is built from: the plan's input, one small class each.
 
-Nodes only describe; ``keyflow.plan`` decides parallelism and exchanges, and
-``keyflow.runtime`` turns them into Spark DataFrame operations.
+Nodes are immutable and refer to their inputs by id, so renaming or re-parallelising an
+operator replaces one node without touching its consumers. Nodes only describe: the
+compiler (``keyflow.plan.compile``) decides parallelism, exchanges and operator ids, and
+the runtime turns the compiled plan into Spark DataFrame operations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from keyflow.api.state import StateDescriptor
+from keyflow.plan.descriptors import StateDescriptor
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class Node:
-    """An operator with its inputs; ``parallelism`` is the user's explicit setting, if any."""
+    """An operator: ``id`` is its place in creation order, ``inputs`` the ids it reads;
+    ``parallelism`` and ``uid`` are the user's explicit settings, if any."""
 
-    inputs: tuple[Node, ...]
+    id: int
+    inputs: tuple[int, ...]
     name: str
     parallelism: int | None = None
-    uid: int = field(default=0, init=False)  # set by the pipeline: its order of creation
+    uid: str | None = None
 
-    kind = "node"
+    kind: ClassVar[str] = "node"
+    keyed: ClassVar[bool] = False  # needs its input partitioned by key group
 
     def describe(self) -> dict[str, Any]:
         """What the plan shows (JSON-serialisable)."""
         return {}
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class SourceNode(Node):
     source: Any = None
-    kind = "source"
+    kind: ClassVar[str] = "source"
 
     def describe(self) -> dict[str, Any]:
         return dict(self.source.describe())
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class SelectNode(Node):
     expressions: tuple[str, ...] = ()
-    kind = "select"
+    kind: ClassVar[str] = "select"
 
     def describe(self) -> dict[str, Any]:
         return {"expressions": list(self.expressions)}
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class FilterNode(Node):
     condition: str = ""
-    kind = "filter"
+    kind: ClassVar[str] = "filter"
 
     def describe(self) -> dict[str, Any]:
         return {"condition": self.condition}
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class WithColumnsNode(Node):
-    columns: dict[str, str] = field(default_factory=dict)
-    kind = "with_columns"
+    columns: Mapping[str, str] = field(default_factory=dict)
+    kind: ClassVar[str] = "with_columns"
 
     def describe(self) -> dict[str, Any]:
         return {"columns": dict(self.columns)}
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class MapBatchesNode(Node):
     function: Callable[..., Any] | None = None
     schema: pa.Schema | str | None = None
     batch_format: str = "arrow"
-    kind = "map_batches"
+    kind: ClassVar[str] = "map_batches"
 
     def describe(self) -> dict[str, Any]:
-        return {"function": _function_name(self.function), "format": self.batch_format}
+        return {"function": function_name(self.function), "format": self.batch_format}
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class KeyedNode(Node):
     """An operator that needs its input partitioned by key group."""
 
     keys: tuple[str, ...] = ()
     on_null: Any = None  # None: pipeline.null-keys; or a sink for a dead letter queue
+    keyed: ClassVar[bool] = True
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class AggregateNode(KeyedNode):
-    aggregations: dict[str, str] = field(default_factory=dict)
-    kind = "aggregate"
+    aggregations: Mapping[str, str] = field(default_factory=dict)
+    kind: ClassVar[str] = "aggregate"
 
     def describe(self) -> dict[str, Any]:
         return {"keys": list(self.keys), "aggregations": dict(self.aggregations)}
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class ProcessNode(KeyedNode):
     function: Callable[..., Any] | None = None
     schema: pa.Schema | str | None = None
-    state: dict[str, StateDescriptor] = field(default_factory=dict)
+    state: Mapping[str, StateDescriptor] = field(default_factory=dict)
     order_by: tuple[str, ...] = ()
-    kind = "process"
+    kind: ClassVar[str] = "process"
 
     def describe(self) -> dict[str, Any]:
         return {
             "keys": list(self.keys),
-            "function": _function_name(self.function),
+            "function": function_name(self.function),
             "state": {name: str(descriptor.arrow_type) for name, descriptor in self.state.items()},
             "order_by": list(self.order_by),
         }
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class SinkNode(Node):
     sink: Any = None
-    kind = "sink"
+    kind: ClassVar[str] = "sink"
 
     def describe(self) -> dict[str, Any]:
         return dict(self.sink.describe())
@@ -127,30 +133,25 @@ def sink_target(sink: Any) -> str:
     return str(described.get("path", described.get("connector", "sink")))
 
 
-def _function_name(function: Callable[..., Any] | None) -> str:
+def function_name(function: Callable[..., Any] | None) -> str:
     if function is None:
         return "?"
     return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
 
 
-def upstream_nodes(roots: Iterable[Node]) -> list[Node]:
+def upstream(nodes: Mapping[int, Node], roots: Iterable[int]) -> list[Node]:
     """Every node the roots depend on, inputs before consumers, each once."""
     ordered: list[Node] = []
     seen: set[int] = set()
 
-    def visit(node: Node) -> None:
-        if node.uid in seen:
+    def visit(node_id: int) -> None:
+        if node_id in seen:
             return
-        seen.add(node.uid)
-        for upstream in node.inputs:
-            visit(upstream)
-        ordered.append(node)
+        seen.add(node_id)
+        for input_id in nodes[node_id].inputs:
+            visit(input_id)
+        ordered.append(nodes[node_id])
 
     for root in roots:
         visit(root)
     return ordered
-
-
-def source_nodes(roots: Iterable[Node]) -> list[SourceNode]:
-    """The sources the roots read from."""
-    return [node for node in upstream_nodes(roots) if isinstance(node, SourceNode)]

@@ -1,0 +1,138 @@
+"""Turn a compiled plan into Spark DataFrames: one per operator, built once.
+
+Everything is read from the plan: the partitioner on each operator's input decides
+whether it is rebalanced, keyed (an exact exchange by key group, then the keyed
+operator) or chained; the nodes give the functions, sources and sinks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from pyspark.sql import DataFrame, SparkSession
+
+from keyflow.errors import PipelineError
+from keyflow.plan import nodes
+from keyflow.plan.compile import CompiledPlan
+from keyflow.plan.graph import Partitioner
+from keyflow.runtime.errors import guarded
+from keyflow.runtime.exchange import null_key_condition, rebalance, with_partitions
+from keyflow.runtime.operators import NULL_KEY_MARKER, apply_keyed, apply_stateless, require_key_columns
+from keyflow.runtime.session import spark_session
+from keyflow.state.durable import CheckpointedState
+
+T = TypeVar("T")
+
+
+class FrameBuilder:
+    """Operators as DataFrames, each built once; operators read by several are persisted."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        plan: CompiledPlan,
+        sources: dict[int, DataFrame] | None = None,
+        state: dict[str, CheckpointedState] | None = None,
+    ) -> None:
+        """``sources`` replace reading a source (a streaming micro-batch), by node id; ``state``
+        gives keyed operators durable state by uid (streaming); without it state lives for one run."""
+        self.spark, self.plan = spark, plan
+        self._sources, self._state = sources or {}, state or {}
+        self._consumers: dict[int, int] = {}
+        for node in plan.nodes.values():
+            for input_id in node.inputs:
+                self._consumers[input_id] = self._consumers.get(input_id, 0) + 1
+        self._frames: dict[int, DataFrame] = {}
+        self._keyed_inputs: dict[int, DataFrame] = {}  # for null-key counts and key types
+        self._dead_letters: list[tuple[nodes.KeyedNode, DataFrame]] = []
+        self._persisted: list[DataFrame] = []
+
+    def frame(self, node_id: int) -> DataFrame:
+        if node_id in self._frames:
+            return self._frames[node_id]
+        node, operator = self.plan.nodes[node_id], self.plan.operator(node_id)
+        if node_id in self._sources:
+            frame = self._sources[node_id]
+        elif isinstance(node, nodes.SourceNode):
+            read = node.source.read
+            frame = self.guarded(
+                lambda: with_partitions(read(self.spark, operator.parallelism), operator.parallelism), node
+            )
+        else:
+            upstream = self.frame(node.inputs[0])
+            partitioner = operator.input_partitioner
+            if partitioner == Partitioner.REBALANCE.value:
+                upstream = rebalance(upstream, operator.parallelism)
+            if partitioner == Partitioner.HASH.value:
+                frame = self._keyed(node, upstream)
+            elif isinstance(node, nodes.SinkNode):
+                frame = upstream
+            else:
+                frame = apply_stateless(node, upstream)
+        if self._consumers.get(node_id, 0) > 1:
+            frame = frame.persist()
+            self._persisted.append(frame)
+        self._frames[node_id] = frame
+        return frame
+
+    def _keyed(self, node: nodes.Node, upstream: DataFrame) -> DataFrame:
+        if not isinstance(node, nodes.KeyedNode):
+            raise AssertionError(f"the plan partitions {node.kind} {node.name!r} by key, but it has no keys")
+        require_key_columns(node, upstream)
+        self._keyed_inputs[node.id] = upstream
+        if node.on_null is not None:
+            self._dead_letters.append((node, upstream.filter(null_key_condition(node.keys))))
+            upstream = upstream.filter(~null_key_condition(node.keys))
+        policy = "keep" if node.on_null is not None else self.plan.config["pipeline.null-keys"]
+        operator = self.plan.operator(node.id)
+        return apply_keyed(node, upstream, operator, self.plan.max_parallelism, policy, self._state.get(operator.uid))
+
+    def key_types(self, node_id: int) -> dict[str, str]:
+        """The Spark types of a built keyed operator's key columns."""
+        node, upstream = self.plan.nodes[node_id], self._keyed_inputs[node_id]
+        assert isinstance(node, nodes.KeyedNode)
+        return {key: upstream.schema[key].dataType.simpleString() for key in node.keys}
+
+    def take_dead_letters(self) -> list[tuple[nodes.KeyedNode, DataFrame]]:
+        """Rows with null keys, per operator with a dead-letter sink, not yet written."""
+        taken, self._dead_letters = self._dead_letters, []
+        return taken
+
+    def guarded(self, action: Callable[[], T], node: nodes.Node) -> T:
+        """Run a Spark action for ``node``; its failure becomes one clear keyflow error."""
+        try:
+            return guarded(action, f"while running {node.name!r}")
+        except PipelineError as error:
+            if NULL_KEY_MARKER not in str(error):
+                raise
+            node_id = int(str(error).split(NULL_KEY_MARKER, 1)[1].split()[0].strip("'\"."))
+            raise self._null_key_error(node_id) from None
+
+    def _null_key_error(self, node_id: int) -> PipelineError:
+        node, upstream = self.plan.nodes[node_id], self._keyed_inputs[node_id]
+        assert isinstance(node, nodes.KeyedNode)
+        count = upstream.filter(null_key_condition(node.keys)).count()
+        total = upstream.count()
+        return PipelineError(
+            f"operator {node.name!r}: {count} of {total} rows have a null in key column(s) {list(node.keys)}; "
+            "filter them out first, set pipeline.null-keys=drop, or keep them with "
+            "key_by(..., on_null=parquet('out/dead_letters'))"
+        )
+
+    def release(self) -> None:
+        for frame in self._persisted:
+            frame.unpersist()
+
+
+def session_for(plan: CompiledPlan) -> SparkSession:
+    """The session, with Spark's own shuffles (inside aggregations) as wide as the keyed
+    operators, unless the pipeline sets ``spark.sql.shuffle.partitions`` itself."""
+    keyed = [operator.parallelism for operator in plan.graph.keyed_operators().values()]
+    name = str(plan.config["pipeline.name"])
+    settings = {
+        "spark.app.name": name,
+        "spark.sql.shuffle.partitions": str(max(keyed, default=plan.parallelism)),
+        **plan.config.spark,
+    }
+    return spark_session(settings, app_name=name)

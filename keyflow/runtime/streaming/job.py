@@ -1,0 +1,249 @@
+"""A running streaming job: start the query, run each micro-batch, rescale between them, stop.
+
+Parallelism is read at every batch boundary: a ``rescale(n)`` or an adaptive scheduler
+decision recompiles the plan at ``n`` (``CompiledPlan.rescaled``) and the next micro-batch
+runs at it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming import StreamingQuery
+
+from keyflow.errors import KeyflowError, PlanError, is_positive_int
+from keyflow.paths import is_uri, unlock
+from keyflow.plan.compile import CompiledPlan
+from keyflow.runtime.autoscale import Autoscaler
+from keyflow.runtime.errors import guarded, translate
+from keyflow.runtime.frames import FrameBuilder, session_for
+from keyflow.runtime.streaming import restore
+from keyflow.runtime.streaming.commit import StreamState, commit_micro_batch
+from keyflow.runtime.streaming.faults import fault
+from keyflow.runtime.streaming.results import BatchMetrics, StreamingResult
+from keyflow.state.checkpoint import Checkpoint, CheckpointError
+
+
+class StreamingJob:
+    """A running streaming pipeline: ``status``, ``last_batch``, ``rescale(n)``, ``stop()``."""
+
+    def __init__(
+        self,
+        plan: CompiledPlan,
+        checkpoint: str,
+        available_now: bool,
+        on_batch: Callable[[BatchMetrics], None] | None = None,
+    ) -> None:
+        self.available_now, self._on_batch = available_now, on_batch
+        self.checkpoint = Checkpoint(checkpoint)
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._requested: tuple[int, str] | None = None
+        self._pending_event: dict[str, Any] | None = None  # logged once a batch commits at the new parallelism
+        self._stopping = self._stopped = False
+        self._stop_lock = threading.Lock()
+        self._key_types_checked = False
+        self.run_id = uuid.uuid4().hex
+        self._source = restore.streaming_source(plan)
+        self._autoscaler: Autoscaler | None = None
+        try:
+            self._held = self.checkpoint.acquire()
+        except CheckpointError as error:
+            raise PlanError(str(error)) from None
+        try:
+            restored = restore.restore(plan, self.checkpoint)
+            self._plan_file = restored.plan_file
+            self._stream = StreamState(
+                restored.plan, self.checkpoint, self._plan_file.checkpoint_id, self.run_id, self._source.id,
+                restored.manifest,
+            )  # fmt: skip
+            if restored.manifest is not None and restored.manifest.parallelism != self.plan.parallelism:
+                self._pending_event = _rescale_event(restored.manifest.parallelism, self.plan.parallelism, "restart")
+            self.result = StreamingResult(self.plan.graph, checkpoint)
+            self._query = self._start()
+            if self._autoscaler is not None:
+                self._autoscaler.start_polling(self._scheduler_failed)
+        except BaseException as error:
+            if self._autoscaler is not None:
+                self._autoscaler.close("canceled" if isinstance(error, KeyboardInterrupt) else "failed", error)
+            unlock(self._held)
+            raise
+
+    # -- public handle ---------------------------------------------------------------------
+    @property
+    def plan(self) -> CompiledPlan:
+        """The plan the next micro-batch runs."""
+        return self._stream.plan
+
+    @property
+    def status(self) -> str:
+        if self._error is not None:
+            return "failed"
+        return "running" if self._query.isActive else "stopped"
+
+    @property
+    def parallelism(self) -> int:
+        return self.plan.parallelism
+
+    @property
+    def last_batch(self) -> BatchMetrics | None:
+        return self.result.batches[-1] if self.result.batches else None
+
+    @property
+    def scheduler_state(self) -> str | None:
+        """The adaptive scheduler's state (``jobmanager.scheduler=adaptive``), else None."""
+        return str(self._autoscaler.scheduler.state) if self._autoscaler is not None else None
+
+    def rescale(self, parallelism: int, reason: str = "manual") -> None:
+        """Run from the next micro-batch on at ``parallelism``; state is not moved or rewritten."""
+        if self._autoscaler is not None:
+            raise PlanError(
+                "rescale() with jobmanager.scheduler=adaptive: the adaptive scheduler sets the parallelism "
+                "from the executor cores; restart with parallelism.default=N (its upper bound) or with "
+                "jobmanager.scheduler=default to choose it yourself"
+            )
+        if not is_positive_int(parallelism):
+            raise PlanError(f"rescale({parallelism!r}): parallelism must be a positive integer")
+        if parallelism > self.plan.max_parallelism:
+            raise PlanError(
+                f"rescale({parallelism}) is above the checkpoint's max parallelism {self.plan.max_parallelism} "
+                f"(its number of key groups); choose 1..{self.plan.max_parallelism}"
+            )
+        with self._lock:
+            self._requested = (parallelism, reason)
+
+    def process_all_available(self) -> None:
+        """Block until every row available now is processed and committed."""
+        self._guard(self._query.processAllAvailable)
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait for the query to end (``available_now``: when the data is processed)."""
+        return bool(self._guard(lambda: self._query.awaitTermination(timeout)))
+
+    def stop(self) -> None:
+        """Stop now; a micro-batch that is running is cancelled and not committed (it runs
+        again on restart), what is committed stays committed."""
+        with self._stop_lock:  # once, even when Ctrl-C's thread and the caller both stop
+            if self._stopped:
+                return
+            self._stopped = self._stopping = True
+            ended = False
+            try:
+                ended = not self._query.isActive
+                self._query.stop()
+            finally:
+                if self._autoscaler is not None:
+                    outcome = "failed" if self._error is not None else "finished" if ended else "canceled"
+                    self._autoscaler.close(outcome, self._error)
+                unlock(self._held)
+
+    def _guard(self, action: Callable[[], Any]) -> Any:
+        try:
+            result = action()
+        except Exception as error:
+            if self._stopping and self._error is None:
+                return None
+            raise (self._error or translate(error, "in the streaming query")) from None
+        if self._error is not None:
+            raise self._error
+        return result
+
+    # -- start -----------------------------------------------------------------------------
+    def _start(self) -> StreamingQuery:
+        spark = session_for(self.plan)
+        self._autoscaler = Autoscaler.from_config(
+            self.plan.config, spark.sparkContext, self.plan.max_parallelism, self.checkpoint, self.run_id
+        )
+        if self._autoscaler is not None:  # like Flink: wait for resources, then run at what is there
+            self._replan(*self._autoscaler.wait_until_executing())
+        parallelism = self.plan.operator(self._source.id).parallelism
+        read = self._source.source.read_stream
+        stream = guarded(lambda: read(spark, parallelism), f"while starting {self._source.name!r}")
+        self._plan_file = restore.check_source_schema(
+            self.checkpoint, self._plan_file, self._source, stream.schema.simpleString()
+        )
+        source_dir = f"{self.checkpoint.uri.rstrip('/')}/{restore.SOURCE_DIR}" if is_uri(self.checkpoint.uri) else None
+        writer = stream.writeStream.foreachBatch(self._run_batch).option(
+            "checkpointLocation", source_dir or self.checkpoint.path(restore.SOURCE_DIR)
+        )
+        if self.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.plan.config['execution.checkpointing.interval']} seconds")
+        return writer.start()
+
+    def _scheduler_failed(self, error: Exception) -> None:
+        """No executor cores for the resource-wait timeout: the job stops with that error."""
+        self._error = error
+        self._query.stop()
+
+    # -- one micro-batch -------------------------------------------------------------------
+    def _run_batch(self, frame: DataFrame, batch: int) -> None:
+        try:
+            self._batch(frame, batch)
+        except BaseException as error:
+            if not self._stopping and self._error is None:
+                self._error = error if isinstance(error, KeyflowError) else translate(error, f"in micro-batch {batch}")
+            raise
+
+    def _batch(self, frame: DataFrame, batch: int) -> None:
+        if batch <= self._stream.committed:
+            return  # committed before a crash; Spark replays it because its own commit was lost
+        fault("start", batch)
+        self._apply_rescale()
+        manifest, metrics = commit_micro_batch(self._stream, frame, batch, self._check_key_types)
+        self._stream = dataclasses.replace(self._stream, manifest=manifest)
+        if self._pending_event is not None:
+            self.checkpoint.append_event({**self._pending_event, "batch": batch})
+            self._pending_event = None
+        self.result.batches.append(metrics)
+        if self._on_batch is not None:
+            self._on_batch(metrics)
+
+    def _check_key_types(self, builder: FrameBuilder) -> None:
+        """Once per run, before the first micro-batch runs: the keys' types match the checkpoint's."""
+        if self._key_types_checked:
+            return
+        keyed = self.plan.keyed_nodes()
+        for node in keyed.values():
+            builder.frame(node.id)  # lazy: builds the DataFrame, runs nothing
+        current = {uid: builder.key_types(node.id) for uid, node in keyed.items()}
+        self._plan_file = restore.check_key_types(self.checkpoint, self._plan_file, self.plan, current)
+        self._key_types_checked = True
+
+    # -- rescale ---------------------------------------------------------------------------
+    def _apply_rescale(self) -> None:
+        """At a batch boundary: the parallelism the adaptive scheduler decides, else a rescale(n)."""
+        if self._autoscaler is not None:
+            self._autoscaler.poll()
+            requested = self._autoscaler.decision()
+        else:
+            with self._lock:
+                requested, self._requested = self._requested, None
+        if requested is not None and requested[0] != self.plan.parallelism:
+            self._replan(*requested)
+
+    def _replan(self, parallelism: int, reason: str) -> None:
+        self._stream = dataclasses.replace(self._stream, plan=self.plan.rescaled(parallelism))
+        self.result.plan = self.plan.graph
+        manifest = self._stream.manifest
+        committed_at = manifest.parallelism if manifest else parallelism  # no state yet: no rescale
+        changed = committed_at != parallelism
+        self._pending_event = _rescale_event(committed_at, parallelism, reason) if changed else None
+
+
+def _rescale_event(before: int, after: int, reason: str) -> dict[str, Any]:
+    """A parallelism change; its ``batch`` is filled in when the first batch at ``after`` commits."""
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "event": "rescale",
+        "from": before,
+        "to": after,
+        "reason": reason,
+    }

@@ -1,0 +1,172 @@
+"""Before a streaming run: can this plan run on this checkpoint, and from which version?
+
+A new checkpoint gets the plan file of its first run. An existing one must be restorable
+by the plan (same pipeline, K, hash, operators' state by uid), and Spark's own source log
+must describe the same micro-batches as the state manifests; output committed but not yet
+published is published, and anything written after the newest commit is removed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from pyarrow import fs
+
+from keyflow.errors import PlanError
+from keyflow.paths import exists, filesystem
+from keyflow.plan.compile import CompiledPlan
+from keyflow.plan.nodes import SourceNode
+from keyflow.plan.restore import check_restorable
+from keyflow.state.checkpoint import LOCK_FILE, Checkpoint, CheckpointError, Manifest
+from keyflow.state.plan_file import PlanFile, read_plan_file, write_plan_file
+
+SOURCE_DIR = "source"  # Spark's offsets and commits for the streaming source
+
+
+@dataclass(frozen=True)
+class Restored:
+    """Where a run starts: its plan (with the checkpoint's K), the plan file, the newest
+    committed version (None: no micro-batch committed yet)."""
+
+    plan: CompiledPlan
+    plan_file: PlanFile
+    manifest: Manifest | None
+
+
+def streaming_source(plan: CompiledPlan) -> SourceNode:
+    """The one unbounded source a streaming run reads."""
+    sources = plan.sources
+    if len(sources) != 1 or not getattr(sources[0].source, "unbounded", False):
+        raise PlanError(
+            "a streaming run (run(checkpoint=...)) needs exactly one unbounded source, e.g. "
+            "datagen(rows_per_second=...), files(..., watch=True) or log(...); "
+            f"this pipeline has {[node.name for node in sources]}"
+        )
+    return sources[0]
+
+
+def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
+    """Start a new checkpoint, or check and prepare an existing one for ``plan``."""
+    try:
+        saved = read_plan_file(checkpoint)
+    except CheckpointError as error:
+        raise PlanError(str(error)) from None
+    if saved is None:
+        _check_empty(checkpoint)
+        plan_file = PlanFile(uuid.uuid4().hex, plan.graph)
+        write_plan_file(checkpoint, plan_file)
+        for _, sink in plan.outputs().values():
+            sink.reset()
+        checkpoint.discard_after(None)
+        return Restored(plan, plan_file, None)
+    # K is the checkpoint's: state lives in that many key groups.
+    current = plan.with_config({"pipeline.max-parallelism": saved.graph.max_parallelism})
+    check_restorable(
+        saved.graph,
+        current.graph,
+        plan.config["pipeline.max-parallelism"],
+        plan.config["execution.state-recovery.ignore-unclaimed-state"],
+        checkpoint.uri,
+    )
+    try:
+        manifest = checkpoint.latest()
+    except CheckpointError as error:
+        raise PlanError(f"{error}; restore with that keyflow version or use a new checkpoint") from None
+    committed = manifest.version if manifest else -1
+    _check_source_offsets(checkpoint, committed)
+    if manifest is not None:
+        publish(current, manifest)  # a crash may have come between the commit and the moves
+    checkpoint.discard_after(committed if manifest else None)
+    for _, sink in current.outputs().values():
+        sink.discard_after(committed)  # output of batches after the checkpoint (e.g. restored from a copy)
+    return Restored(current, saved, manifest)
+
+
+def publish(plan: CompiledPlan, manifest: Manifest) -> None:
+    """Make a committed version's staged output visible, sink by sink (idempotent)."""
+    outputs = plan.outputs()
+    for staged in manifest.sinks:
+        if staged["uid"] not in outputs and any(exists(*filesystem(source)) for source, _ in staged["moves"]):
+            raise PlanError(
+                f"checkpoint version {manifest.version} holds committed output of sink uid {staged['uid']!r} that "
+                "is not yet published, and this pipeline has no sink with that uid; run the pipeline that wrote it "
+                "once more (it publishes on start), then change the pipeline"
+            )
+        if staged["uid"] in outputs:
+            outputs[staged["uid"]][1].publish(staged["moves"])
+
+
+def _check_empty(checkpoint: Checkpoint) -> None:
+    selector = fs.FileSelector(checkpoint.root, allow_not_found=True)
+    if any(info.base_name != LOCK_FILE for info in checkpoint.fs.get_file_info(selector)):
+        raise PlanError(
+            f"{checkpoint.uri} is not empty and has no keyflow plan.json, so it is not a keyflow "
+            "checkpoint; give an empty or new directory"
+        )
+
+
+def _check_source_offsets(checkpoint: Checkpoint, committed: int) -> None:
+    """Spark's source log and the state must describe the same batches: every batch Spark
+    committed has a manifest, and the newest manifest's batch is in Spark's offset log
+    (its commit may be missing: a crash between the two commits replays it)."""
+    consumed = _newest_batch(checkpoint, f"{SOURCE_DIR}/commits")
+    planned = _newest_batch(checkpoint, f"{SOURCE_DIR}/offsets")
+    if consumed > committed:
+        raise PlanError(
+            f"checkpoint {checkpoint.uri}: the source has consumed batch {consumed} but the newest "
+            f"state manifest is version {committed}; manifests were deleted. Restore the missing "
+            "manifests, or start over with a new checkpoint directory"
+        )
+    if planned < committed:
+        raise PlanError(
+            f"checkpoint {checkpoint.uri}: the state is at micro-batch {committed} but Spark's source "
+            f"checkpoint ({checkpoint.path(SOURCE_DIR)}) only knows batches up to {planned}; it was "
+            "deleted or replaced, and new input would be skipped. Restore it, or start over with a new "
+            "checkpoint directory"
+        )
+
+
+def _newest_batch(checkpoint: Checkpoint, relative: str) -> int:
+    selector = fs.FileSelector(checkpoint.path(relative), allow_not_found=True)
+    names = (info.base_name for info in checkpoint.fs.get_file_info(selector))
+    return max((int(name) for name in names if name.isdigit()), default=-1)
+
+
+def fixed_by_first_run(checkpoint: Checkpoint, plan_file: PlanFile, **facts: object) -> PlanFile:
+    """Record facts the first run learns (source schema, key types) if not recorded yet."""
+    missing = {name: value for name, value in facts.items() if not getattr(plan_file, name)}
+    if not missing:
+        return plan_file
+    updated = plan_file.with_facts(**missing)
+    write_plan_file(checkpoint, updated)
+    return updated
+
+
+def check_source_schema(checkpoint: Checkpoint, plan_file: PlanFile, source: SourceNode, schema: str) -> PlanFile:
+    """The source's columns are fixed by the first run (an inferred schema could drift)."""
+    plan_file = fixed_by_first_run(checkpoint, plan_file, source_schema=schema)
+    if plan_file.source_schema != schema:
+        raise PlanError(
+            f"source {source.name!r} now reads {schema} but checkpoint {checkpoint.uri} was "
+            f"started with {plan_file.source_schema}; give the source that schema explicitly "
+            "(files(..., schema=...)) or start a new checkpoint"
+        )
+    return plan_file
+
+
+def check_key_types(
+    checkpoint: Checkpoint, plan_file: PlanFile, plan: CompiledPlan, current: dict[str, dict[str, str]]
+) -> PlanFile:
+    """Key types are part of the state's identity (they decide the hash): the first
+    micro-batch records them, every restore must match them (by operator uid)."""
+    plan_file = fixed_by_first_run(checkpoint, plan_file, key_types=current)
+    names = {uid: node.name for uid, node in plan.keyed_nodes().items()}
+    for uid, types in current.items():
+        if plan_file.key_types.get(uid, types) != types:
+            raise PlanError(
+                f"operator {names[uid]!r}: key columns are now {types} but checkpoint "
+                f"{checkpoint.uri} holds state keyed by {plan_file.key_types[uid]}; the same keys would hash to "
+                "other key groups. Cast the keys back to those types, or start a new checkpoint"
+            )
+    return plan_file

@@ -1,0 +1,89 @@
+"""Stable operator ids (Flink's ``uid``): state is matched by uid, so it survives pipeline changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from keyflow import Pipeline, console, datagen, log, parquet, sequence
+from keyflow.errors import PlanError
+from tests.streams import TOTAL_SCHEMA, TOTAL_STATE, append, config, events, expected_totals, read_output, running_total
+
+
+def totals(tmp: Path, condition: str | None = None, name: str = "running_total", uid: str | None = None) -> Pipeline:
+    pipeline = Pipeline(config=config(2))
+    stream = pipeline.source(log(str(tmp / "log")))
+    if condition is not None:
+        stream = stream.filter(condition)
+    keyed = stream.key_by("user").process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq", name=name)
+    (keyed.uid(uid) if uid else keyed).sink(parquet(tmp / "out"))
+    return pipeline
+
+
+def assert_output(tmp: Path, all_events: pd.DataFrame) -> None:
+    got = read_output(tmp / "out").sort_values("seq").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected_totals(all_events).reset_index(drop=True), check_dtype=False)
+
+
+def test_state_survives_a_filter_inserted_upstream(spark, tmp_path: Path) -> None:
+    """A stateless operator added before the keyed one changes no uid: the old checkpoint
+    restores, and the totals continue from the state (pandas computes the expected answer)."""
+    first = events(1_500, 100, start=0, seed=21)
+    append(tmp_path / "log", first)
+    totals(tmp_path).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert_output(tmp_path, first)
+
+    second = events(1_500, 100, start=1_500, seed=22)
+    append(tmp_path / "log", second)
+    changed = totals(tmp_path, condition="amount >= 0")
+    changed.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert 0 < (second["amount"] >= 0).sum() < len(second)  # the filter really drops rows
+    assert_output(tmp_path, pd.concat([first, second[second["amount"] >= 0]]))
+
+
+def test_uid_keeps_state_across_a_rename(spark, tmp_path: Path) -> None:
+    """An operator without a uid is identified by its name; a renamed one keeps its state
+    when given the old name as uid."""
+    first = events(1_000, 80, start=0, seed=31)
+    append(tmp_path / "log", first)
+    totals(tmp_path).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+    second = events(1_000, 80, start=1_000, seed=32)
+    append(tmp_path / "log", second)
+    with pytest.raises(PlanError, match=r"'totals_v2' \(uid 'totals_v2'\) has no state .* give it its old uid"):
+        totals(tmp_path, name="totals_v2").run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    totals(tmp_path, name="totals_v2", uid="running_total").run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert_output(tmp_path, pd.concat([first, second]))
+
+
+def test_auto_uids_ignore_stateless_operators_and_count_repeats() -> None:
+    def uids(with_filter: bool) -> dict[str, str]:
+        p = Pipeline(parallelism=2)
+        stream = p.source(datagen(rows=10, fields={"k": sequence()}))
+        if with_filter:
+            stream = stream.filter("k > 1").select("k")
+        stream.key_by("k").aggregate(n="count(*)").key_by("k").aggregate(m="count(*)").sink(console())
+        return {op.uid: op.kind for op in p.plan().operators if op.keyed}
+
+    assert uids(with_filter=False) == uids(with_filter=True) == {"aggregate": "aggregate", "aggregate#2": "aggregate"}
+
+
+def test_two_operators_with_one_uid_is_a_plan_error() -> None:
+    p = Pipeline(parallelism=2)
+    stream = p.source(datagen(rows=10, fields={"k": sequence()}))
+    counts = stream.key_by("k").aggregate(n="count(*)").set_name("counts").uid("state-a")
+    counts.key_by("k").aggregate(m="count(*)").set_name("recounts").uid("state-a").sink(console())
+    with pytest.raises(PlanError, match=r"operators 'counts' and 'recounts' both have uid 'state-a'.*its own"):
+        p.plan()
+    with pytest.raises(PlanError, match=r"uid '' is invalid; give a non-empty string"):
+        stream.uid("")
+
+
+def test_an_explicit_uid_takes_precedence_over_a_name() -> None:
+    """A user's uid that equals another operator's name pushes that one to ``name#2``."""
+    p = Pipeline(parallelism=2)
+    stream = p.source(datagen(rows=10, fields={"k": sequence()}))
+    stream.key_by("k").aggregate(n="count(*)").key_by("k").aggregate(m="count(*)").uid("aggregate").sink(console())
+    assert [op.uid for op in p.plan().operators if op.keyed] == ["aggregate#2", "aggregate"]
