@@ -8,12 +8,15 @@ from typing import Any
 from keyflow.errors import PlanError
 from keyflow.scheduler.timeline import LOG_FILE
 from keyflow.state.checkpoint import Checkpoint, CheckpointError
-from keyflow.state.plan_file import PLAN_FILE, PlanFile, read_plan_file
+from keyflow.state.plan_file import PLAN_FILE, read_plan_file
 
 
 def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
     """A JSON-ready summary of ``checkpoint`` (raises CheckpointError if it is not one)."""
-    plan = _saved_plan(checkpoint).graph
+    saved = read_plan_file(checkpoint)
+    if saved is None:
+        raise _not_a_checkpoint(checkpoint)
+    plan = saved.graph
     operators = plan.keyed_operators()
     manifests = []
     for version in checkpoint.versions():
@@ -51,7 +54,8 @@ def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
 
 def scheduler_log(checkpoint: Checkpoint) -> list[dict[str, Any]]:
     """The adaptive scheduler's records (``scheduler.jsonl``), oldest first."""
-    _saved_plan(checkpoint)
+    if not checkpoint.exists(PLAN_FILE):
+        raise _not_a_checkpoint(checkpoint)
     if not checkpoint.exists(LOG_FILE):
         raise PlanError(
             f"{checkpoint.uri} has no {LOG_FILE}: no run on this checkpoint used the adaptive scheduler "
@@ -60,9 +64,6 @@ def scheduler_log(checkpoint: Checkpoint) -> list[dict[str, Any]]:
     return [json.loads(line) for line in checkpoint.read_text(LOG_FILE).splitlines() if line.strip()]
 
 
-def _saved_plan(checkpoint: Checkpoint) -> PlanFile:
-    saved = read_plan_file(checkpoint)
-    if saved is None:
-        raise CheckpointError(f"{checkpoint.uri} is not a keyflow checkpoint (no {PLAN_FILE}); give the directory "
-                              "passed to run(checkpoint=...) or --checkpoint")  # fmt: skip
-    return saved
+def _not_a_checkpoint(checkpoint: Checkpoint) -> CheckpointError:
+    return CheckpointError(f"{checkpoint.uri} is not a keyflow checkpoint (no {PLAN_FILE}); give the directory "
+                           "passed to run(checkpoint=...) or --checkpoint")  # fmt: skip
