@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,7 +12,9 @@ from rich.table import Table
 from keyflow.cli.errors import user_errors
 from keyflow.cli.pipeline_file import load_pipeline
 from keyflow.config import load_yaml, parse_conf_pairs
-from keyflow.runtime.streaming import BatchMetrics, StreamingResult
+
+if TYPE_CHECKING:  # the runtime loads PySpark: not for every `keyflow` command
+    from keyflow.runtime.streaming import BatchMetrics, StreamingResult
 
 ConfOption = Annotated[
     list[str] | None, typer.Option("--conf", "-c", help="Configuration key=value (repeatable); wins over the file.")
@@ -72,6 +74,8 @@ def run(
             result = pipeline.run(checkpoint=checkpoint, available_now=available_now, on_batch=on_batch)
         else:
             result = pipeline.run()
+    from keyflow.runtime.streaming import StreamingResult  # Spark is loaded by now
+
     if isinstance(result, StreamingResult):
         _streaming_summary(console, result, as_json)
         return
