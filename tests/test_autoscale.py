@@ -84,8 +84,13 @@ def test_parallelism_default_is_the_upper_bound_and_a_restart_follows_the_slots(
     assert "run 2" in shown.output
     assert "all desired" in shown.output  # (the table wraps the reason)
     assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    raw = runner.invoke(app, ["timeline", str(tmp_path / "ckpt"), "--json"])
-    assert [json.loads(line) for line in raw.output.splitlines()] == scheduler_log(tmp_path / "ckpt")
+    raw = runner.invoke(app, ["timeline", str(tmp_path / "ckpt"), "--json", "--png", str(tmp_path / "t.png")])
+    assert raw.exit_code == 0, raw.output
+    assert raw.stderr == f"wrote {tmp_path / 't.png'}\n"
+    shown_json = json.loads(raw.stdout)  # one object, like every other --json
+    assert shown_json["checkpoint"] == str(tmp_path / "ckpt")
+    assert shown_json["records"] == scheduler_log(tmp_path / "ckpt")
+    assert [[p for _, p in run["parallelism"]] for run in shown_json["runs"]] == [[0, 1], [0, 2]]
 
 
 def test_manual_rescale_is_refused_while_adaptive(spark, tmp_path: Path) -> None:

@@ -117,3 +117,13 @@ def test_long_tables_are_elided_unless_full() -> None:
     assert "468 more; --full lists all" in short.output
     assert "│ 250 " in full.output
     assert "│ 250 " not in short.output
+
+
+def test_the_cli_starts_without_pyspark() -> None:
+    """Every `keyflow` command imports the whole app; PySpark loads only when a pipeline runs."""
+    check = "import keyflow.cli.app, sys; assert not [m for m in sys.modules if m.startswith('pyspark')]"
+    imported = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=False)
+    assert imported.returncode == 0, imported.stderr
+    shown = subprocess.run([str(KEYFLOW), "keygroups", "--help"], capture_output=True, text=True, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert "--parallelism" in shown.stdout

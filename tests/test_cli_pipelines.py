@@ -11,6 +11,7 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from keyflow.cli.app import app
+from tests.pipelines import TEST_SPARK
 
 runner = CliRunner()
 KEYFLOW = Path(sys.executable).with_name("keyflow")
@@ -104,3 +105,66 @@ def test_the_main_job_outputs_agree_with_each_other(tmp_path: Path) -> None:
     pd.testing.assert_series_equal(last.sort_index(), per_user.revenue.sort_index(), check_names=False, rtol=1e-9)
     assert abs(per_page.revenue.sum() - per_user.revenue.sum()) < 1e-6 * per_user.revenue.sum()
     assert "written to" in result.stdout
+
+
+HELPERS = {
+    "pipeline.py": """
+from helpers import running_total
+from mylib.ops import doubled
+
+from keyflow import Pipeline, ValueState, files, parquet
+
+pipeline = Pipeline(parallelism=2)
+pipeline.source(files(IN)).map_batches(doubled).key_by("k").process(
+    running_total, "k long, n long, twice long, total long", state={"total": ValueState("int64")}, order_by="n"
+).sink(parquet(OUT))
+""",
+    "helpers.py": """
+import pyarrow as pa
+
+from keyflow import KeyedBatch, KeyedState
+
+
+def running_total(batch: KeyedBatch, state: KeyedState) -> pa.Table:
+    total = state["total"]
+    running = batch.running_sum(batch.data.column("twice"), initial=total.get())
+    total.update(batch.last_per_key(running))
+    return batch.data.select(["k", "n", "twice"]).append_column("total", pa.array(running))
+""",
+    "mylib/__init__.py": "",
+    "mylib/ops.py": """
+import pyarrow as pa
+import pyarrow.compute as pc
+
+FACTOR = 2
+
+
+def doubled(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return batch.append_column("twice", pc.multiply(batch.column("n"), FACTOR))
+""",
+}
+
+
+def test_run_ships_helper_modules_next_to_the_pipeline_file(tmp_path: Path) -> None:
+    """Functions imported from helpers.py and mylib/ops.py beside the file run on Spark's
+    Python workers, whose sys.path does not have the file's directory."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    for name, text in HELPERS.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    prefix = f"IN = {str(tmp_path / 'in')!r}\nOUT = {str(tmp_path / 'out')!r}\n"
+    (project / "pipeline.py").write_text(prefix + HELPERS["pipeline.py"])
+    numbers = pd.DataFrame({"k": [n * 7 % 5 for n in range(300)], "n": range(300)})
+    (tmp_path / "in").mkdir()
+    numbers.to_parquet(tmp_path / "in" / "part-0.parquet", index=False)
+    elsewhere.mkdir()
+    conf = [arg for key, value in TEST_SPARK.items() for arg in ("-c", f"{key}={value}")]
+    result = subprocess.run(
+        [str(KEYFLOW), "run", str(project / "pipeline.py"), *conf],
+        capture_output=True, text=True, check=False, cwd=elsewhere,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    got = pd.read_parquet(tmp_path / "out").sort_values("n").reset_index(drop=True)
+    expected = numbers.assign(twice=numbers.n * 2)
+    expected["total"] = expected.groupby("k").twice.cumsum()
+    pd.testing.assert_frame_equal(got, expected[["k", "n", "twice", "total"]], check_dtype=False)

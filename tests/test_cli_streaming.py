@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from keyflow.cli.app import app
 from keyflow.state.checkpoint import Checkpoint
-from tests.streams import events, read_output
+from tests.streams import append, events, read_output
 
 runner = CliRunner()
 KEYFLOW = Path(sys.executable).with_name("keyflow")
@@ -66,6 +66,28 @@ def test_log_run_and_checkpoints(tmp_path: Path) -> None:
     assert operator["keys_stored"] == data.user.nunique()
     assert operator["state_bytes"] > 0
     assert "retained versions" in runner.invoke(app, ["checkpoints", checkpoint]).output
+
+
+def test_batch_lines_are_not_wrapped_when_piped(tmp_path: Path) -> None:
+    """Piped to a file, each micro-batch is one whole line however long (rich wraps at 80)."""
+    append(tmp_path / "log", events(800, 20, start=0, seed=5))
+    out = tmp_path / "a-sink-directory-with-a-name-long-enough-to-pass-eighty-columns"
+    file = tmp_path / "spend.py"
+    file.write_text(f"LOG = {str(tmp_path / 'log')!r}\nOUT = {str(out)!r}\n" + PIPELINE_FILE)
+    run = subprocess.run(
+        [str(KEYFLOW), "run", str(file), "--checkpoint", str(tmp_path / "ckpt"), "--available-now"],
+        capture_output=True, text=True, timeout=300,  # stdout is a pipe, not a terminal
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    batches = [line for line in run.stdout.splitlines() if line.startswith("batch ")]
+    assert len(batches) == 2, run.stdout  # 800 rows, 400 per batch
+    for number, line in enumerate(batches):
+        assert len(line) > 80
+        assert re.fullmatch(
+            rf"batch {number}: parallelism \d+, 400 rows in, [\d,]+ to sink: {re.escape(str(out))}; "
+            r"state [\d,]+ bytes in \d+ files; [\d.]+ s",
+            line,
+        ), run.stdout
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:

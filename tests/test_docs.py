@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 from pathlib import Path
 
@@ -37,6 +38,24 @@ def test_pipeline_api_doc_examples_run(tmp_path: Path, monkeypatch: pytest.Monke
     assert len(blocks) >= 4
     for block in blocks:
         exec(compile(block, "docs/api/pipeline.md", "exec"), {"__name__": "docs_example"})
+
+
+def test_every_public_member_of_the_process_api_is_documented() -> None:
+    """What a ``process`` function receives: every public attribute of KeyedBatch, KeyedState
+    and the state views is named in docs/api/pipeline.md."""
+    from keyflow import KeyedBatch, KeyedState
+
+    try:
+        import keyflow.api.keyed as views
+    except ImportError:
+        import keyflow.state.keyed as views  # where the views may move
+
+    classes = [KeyedBatch, KeyedState, views.ValueStateView, views.ListStateView, views.MapStateView]
+    public = {name for cls in classes for name in dir(cls) if not name.startswith("_")}
+    public |= {field.name for field in dataclasses.fields(KeyedBatch)}
+    reference = (DOCS / "api" / "pipeline.md").read_text()
+    missing = sorted(name for name in public if f"`{name}`" not in reference and f"`{name}(" not in reference)
+    assert not missing, f"missing from the KeyedBatch and state view tables of docs/api/pipeline.md: {missing}"
 
 
 def test_every_configuration_key_is_documented() -> None:

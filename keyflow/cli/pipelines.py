@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,7 +12,9 @@ from rich.table import Table
 from keyflow.cli.errors import user_errors
 from keyflow.cli.pipeline_file import load_pipeline
 from keyflow.config import load_yaml, parse_conf_pairs
-from keyflow.runtime.streaming import BatchMetrics, StreamingResult
+
+if TYPE_CHECKING:  # the runtime loads PySpark: not for every `keyflow` command
+    from keyflow.runtime.streaming import BatchMetrics, StreamingResult
 
 ConfOption = Annotated[
     list[str] | None, typer.Option("--conf", "-c", help="Configuration key=value (repeatable); wins over the file.")
@@ -69,10 +70,12 @@ def run(
             if pipeline.config["jobmanager.scheduler"] == "adaptive":
                 typer.echo("parallelism: chosen at start by the adaptive scheduler from the executor cores")
         if checkpoint is not None or pipeline.is_streaming():
-            on_batch = None if as_json else _print_batch(console)
+            on_batch = None if as_json else _print_batch
             result = pipeline.run(checkpoint=checkpoint, available_now=available_now, on_batch=on_batch)
         else:
             result = pipeline.run()
+    from keyflow.runtime.streaming import StreamingResult  # Spark is loaded by now
+
     if isinstance(result, StreamingResult):
         _streaming_summary(console, result, as_json)
         return
@@ -87,15 +90,14 @@ def run(
     console.print(table)
 
 
-def _print_batch(console: Console) -> Callable[[BatchMetrics], None]:
-    def show(batch: BatchMetrics) -> None:
-        written = ", ".join(f"{rows:,} to {sink}" for sink, rows in batch.output_rows.items())
-        console.print(
-            f"batch {batch.batch}: parallelism {batch.parallelism}, {_count(batch.input_rows)} rows in, {written}; "
-            f"state {batch.state_bytes_written:,} bytes in {batch.state_files} files; {batch.seconds:.1f} s"
-        )
-
-    return show
+def _print_batch(batch: BatchMetrics) -> None:
+    """One plain line per micro-batch, never wrapped (rich wraps at 80 columns in a pipe), so
+    logs and ``grep``/``tail -f`` see whole lines."""
+    written = ", ".join(f"{rows:,} to {sink}" for sink, rows in batch.output_rows.items())
+    typer.echo(
+        f"batch {batch.batch}: parallelism {batch.parallelism}, {_count(batch.input_rows)} rows in, {written}; "
+        f"state {batch.state_bytes_written:,} bytes in {batch.state_files} files; {batch.seconds:.1f} s"
+    )
 
 
 def _count(rows: int | None) -> str:

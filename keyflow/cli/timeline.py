@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -26,20 +27,22 @@ WINDOW_STYLE = {
 def timeline(
     directory: Annotated[str, typer.Argument(help="Checkpoint directory or URI of an adaptive job.")],
     png: Annotated[str | None, typer.Option("--png", help="Also draw the timeline to this PNG file.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the raw log records as JSON lines.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object: the log records and the runs read from them.")
+    ] = False,
 ) -> None:
     """Slots, parallelism and every decision of the adaptive scheduler, per run."""
     with user_errors():
         records = scheduler_log(Checkpoint(directory))
         runs = read_timeline(records)
     if as_json:
-        for record in records:
-            typer.echo(json.dumps(record))
+        # One object, like every other --json; runs: their series as [time, value] pairs.
+        typer.echo(json.dumps({"checkpoint": directory, "records": records, "runs": [asdict(run) for run in runs]}))
     else:
         _print(runs)
     if png:
         draw(runs, png, title=f"adaptive scheduler — {directory}")
-        typer.echo(f"wrote {png}")
+        typer.echo(f"wrote {png}", err=as_json)  # stdout stays one JSON object
 
 
 def _print(runs: list[Run]) -> None:
