@@ -44,11 +44,7 @@ def test_every_public_member_of_the_process_api_is_documented() -> None:
     """What a ``process`` function receives: every public attribute of KeyedBatch, KeyedState
     and the state views is named in docs/api/pipeline.md."""
     from keyflow import KeyedBatch, KeyedState
-
-    try:
-        import keyflow.api.keyed as views
-    except ImportError:
-        import keyflow.state.keyed as views  # where the views may move
+    from keyflow.state import keyed as views
 
     classes = [KeyedBatch, KeyedState, views.ValueStateView, views.ListStateView, views.MapStateView]
     public = {name for cls in classes for name in dir(cls) if not name.startswith("_")}

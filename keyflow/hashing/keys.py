@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from keyflow.errors import KeyflowError
+
 
 class JvmType(Enum):
     """The JVM type a key column hashes as."""
@@ -61,13 +63,13 @@ def key_column(values: Any) -> KeyColumn:
         array = array.dictionary_decode()
     if array.null_count:
         first = pc.index(pc.is_null(array), True).as_py()
-        raise ValueError(
+        raise KeyflowError(
             f"{array.null_count} of {len(array)} keys are null (first at index {first}); "
             "keys must not be null: filter the nulls out or fill them before keying"
         )
     mapping = _ARROW_TO_JVM.get(array.type)
     if mapping is None:
-        raise ValueError(
+        raise KeyflowError(
             f"unsupported key type {array.type}; supported: {SUPPORTED_TYPES} "
             "(cast the key, e.g. unsigned 32/64-bit integers to int64)"
         )
@@ -79,7 +81,7 @@ def scalar_key_columns(key: Any) -> list[KeyColumn]:
     """Type one key; a tuple is a composite key with one column per element."""
     parts = key if isinstance(key, tuple) else (key,)
     if not parts:
-        raise ValueError("a composite key needs at least one element, got ()")
+        raise KeyflowError("a composite key needs at least one element, got ()")
     return [key_column(pa.array([_scalar_to_arrow(part)])) for part in parts]
 
 
@@ -92,20 +94,20 @@ def table_key_columns(values: Any) -> list[KeyColumn]:
     else:
         return [key_column(values)]
     if not columns:
-        raise ValueError("a composite key table has no columns; pass at least one key column")
+        raise KeyflowError("a composite key table has no columns; pass at least one key column")
     return columns
 
 
 def _scalar_to_arrow(key: Any) -> pa.Scalar:
     if key is None:
-        raise ValueError("key is None; keys must not be null")
+        raise KeyflowError("key is None; keys must not be null")
     if isinstance(key, (bool, np.bool_)):
         return pa.scalar(bool(key), pa.bool_())
     if isinstance(key, np.integer):
         return pa.scalar(key.item(), pa.from_numpy_dtype(key.dtype))
     if isinstance(key, int):
         if not _LONG_MIN <= key <= _LONG_MAX:
-            raise ValueError(
+            raise KeyflowError(
                 f"int key {key} is outside the 64-bit range [{_LONG_MIN}, {_LONG_MAX}]; "
                 "use a str key for larger numbers"
             )
@@ -115,7 +117,7 @@ def _scalar_to_arrow(key: Any) -> pa.Scalar:
         return pa.scalar(float(key), dtype)
     if isinstance(key, str):
         return pa.scalar(key, pa.string())
-    raise ValueError(f"unsupported key type {type(key).__name__} ({key!r}); supported: {SUPPORTED_TYPES}")
+    raise KeyflowError(f"unsupported key type {type(key).__name__} ({key!r}); supported: {SUPPORTED_TYPES}")
 
 
 def _to_arrow(values: Any) -> pa.Array:
@@ -125,24 +127,24 @@ def _to_arrow(values: Any) -> pa.Array:
         return values
     if isinstance(values, np.ndarray) and values.dtype != object:
         if values.ndim != 1:
-            raise ValueError(
+            raise KeyflowError(
                 f"keys must be a 1-dimensional array, got shape {values.shape}; flatten it or pass columns"
             )
         return pa.array(values.astype(values.dtype.newbyteorder("="), copy=False))
     if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
-        raise ValueError(f"keys must be an array or a sequence of keys, got {type(values).__name__}")
+        raise KeyflowError(f"keys must be an array or a sequence of keys, got {type(values).__name__}")
     if len(values) == 0:
         return pa.array([], pa.int64())
     try:
         array = pa.array(values, from_pandas=True)
     except OverflowError:
-        raise ValueError(
+        raise KeyflowError(
             f"an int key is outside the 64-bit range [{_LONG_MIN}, {_LONG_MAX}]; use str keys for larger numbers"
         ) from None
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-        raise ValueError(f"keys in one array must share one supported type ({SUPPORTED_TYPES}): {error}") from None
+        raise KeyflowError(f"keys in one array must share one supported type ({SUPPORTED_TYPES}): {error}") from None
     if pa.types.is_floating(array.type) and _holds_python_ints(values):
-        raise ValueError(
+        raise KeyflowError(
             "keys in one array must share one type, got both int and float; an int key hashes as a Long "
             "and a float key as a Double, so cast all keys to one type first"
         )
