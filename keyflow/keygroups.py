@@ -34,9 +34,10 @@ HASHES: tuple[HashName, ...] = ("spark", "flink")
 POLICIES: tuple[Policy, ...] = ("keyflow", "flink-legacy")
 
 UPPER_BOUND_MAX_PARALLELISM = 32768
+"""No pipeline has more key groups than this (Flink's bound, 2**15)."""
+
 KEY_GROUP_COLUMN = "__keyflow_key_group"
 """The column that carries each row's key group through the keyed exchange and state files."""
-"""No pipeline has more key groups than this (Flink's bound, 2**15)."""
 
 FLINK_LOWER_BOUND_MAX_PARALLELISM = 128
 

@@ -6,7 +6,10 @@ import fcntl
 from pathlib import Path
 from typing import IO
 
+import pyarrow as pa
 from pyarrow import fs
+
+from keyflow.errors import KeyflowError
 
 
 def is_uri(path: str) -> bool:
@@ -22,7 +25,13 @@ def absolute(path: str | Path) -> str:
 def filesystem(path: str) -> tuple[fs.FileSystem, str]:
     """The filesystem of ``path`` and the path on it (no trailing slash)."""
     if is_uri(path):
-        filesystem_, root = fs.FileSystem.from_uri(path)
+        try:
+            filesystem_, root = fs.FileSystem.from_uri(path)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as error:
+            raise KeyflowError(
+                f"{path} is not a location keyflow can open ({error}); give a local path or a URI such as "
+                "file:///data/x, s3://bucket/x, gs://bucket/x or hdfs://namenode/x"
+            ) from None
         return filesystem_, root.rstrip("/")
     return fs.LocalFileSystem(), absolute(path)
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from keyflow import _EXPORTS
+
 PACKAGE = Path(__file__).resolve().parent.parent / "keyflow"
 BASE = {"errors", "paths", "keygroups", "hashing", "config", "schemas", "__init__"}
 SPARK = ("pyspark", "py4j")
@@ -56,12 +58,16 @@ def imports(source: str, module: str) -> list[Import]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            # `import keyflow` is the public API (its names load keyflow.api lazily)
+            names = ["keyflow.api" if alias.name == "keyflow" else alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 base = ".".join(module.split(".")[: -node.level] + ([base] if base else []))
-            names = [base] + [f"{base}.{alias.name}" for alias in node.names if base.startswith("keyflow")]
+            if base == "keyflow":  # `from keyflow import X`: where X really lives
+                names = [_EXPORTS.get(alias.name, f"keyflow.{alias.name}") for alias in node.names]
+            else:
+                names = [base] + [f"{base}.{alias.name}" for alias in node.names if base.startswith("keyflow")]
         else:
             continue
         found += [Import(name, node.lineno, id(node) in top_level) for name in names]
@@ -88,7 +94,7 @@ def violations(source: str, module: str) -> list[str]:
             continue
         if item.module.startswith(SPARK) and own in PURE:
             found.append(f"{module}:{item.line} imports {item.module}: {own} must not load Spark")
-        if not item.module.startswith("keyflow.") or item.module == "keyflow.__init__":
+        if not item.module.startswith("keyflow."):
             continue
         target = layer(item.module)
         if target not in ALLOWED[own]:
@@ -122,6 +128,9 @@ def test_every_import_follows_the_layers() -> None:
         ("keyflow.state.memory", "from keyflow.api import stream", "state must not import api"),
         ("keyflow.api.pipeline", "from keyflow.runtime.executor import run_batch", "only inside a function"),
         ("keyflow.keygroups", "from keyflow.plan.graph import JobGraph", "base must not import plan"),
+        ("keyflow.runtime.workers", "from keyflow import Pipeline", "runtime must not import api"),
+        ("keyflow.plan.nodes", "import keyflow", "plan must not import api"),
+        ("keyflow.state.keyed", "from keyflow import KeyedBatch, Pipeline", "state must not import api"),
     ],
 )
 def test_the_rules_catch_a_forbidden_import(module: str, line: str, expected: str) -> None:
@@ -133,6 +142,7 @@ def test_allowed_imports_pass_the_rules() -> None:
     lazy = "def run():\n    from keyflow.runtime.executor import run_batch\n"
     assert violations(lazy, "keyflow.api.pipeline") == []
     assert violations("from keyflow.plan.compile import CompiledPlan\n", "keyflow.runtime.frames") == []
+    assert violations("from keyflow import KeyedBatch, ValueState\n", "keyflow.runtime.workers") == []
 
 
 @pytest.mark.parametrize(

@@ -127,3 +127,11 @@ def test_the_cli_starts_without_pyspark() -> None:
     shown = subprocess.run([str(KEYFLOW), "keygroups", "--help"], capture_output=True, text=True, check=False)
     assert shown.returncode == 0, shown.stderr
     assert "--parallelism" in shown.stdout
+
+
+@pytest.mark.parametrize("command", ["checkpoints", "timeline"])
+def test_a_location_pyarrow_cannot_open_is_one_line(command: str) -> None:
+    result = runner.invoke(app, [command, "nosuch://bucket/ckpt"])
+    assert result.exit_code == 2
+    assert "nosuch://bucket/ckpt is not a location keyflow can open" in result.output
+    assert "Traceback" not in result.output

@@ -129,3 +129,38 @@ def test_relative_paths_follow_the_python_working_directory(
     p.source(files("in")).sink(parquet("out/copy"))
     p.run()
     assert sorted(pd.read_parquet(tmp_path / "out" / "copy").k) == [1, 2, 3]
+
+
+def test_every_connector_meets_its_contract(tmp_path) -> None:
+    """The runtime calls connectors only through keyflow.connectors.base."""
+    from keyflow import blackhole, console, csv, datagen, files, json, log, parquet, sequence
+    from keyflow.connectors.base import Sink, Source, StreamingSink, StreamingSource
+    from tests.streams import append, events
+
+    append(tmp_path / "log", events(10, 3, start=0, seed=1))
+    fields = {"n": sequence()}
+    generated = (datagen(rows=1, fields=fields), datagen(rows_per_second=1, fields=fields))
+    for source in (*generated, files(tmp_path), log(str(tmp_path / "log"))):
+        assert isinstance(source, Source)
+        assert isinstance(source, StreamingSource)
+    for sink in (parquet(tmp_path / "a"), json(tmp_path / "b"), csv(tmp_path / "c"), console(), blackhole()):
+        assert isinstance(sink, Sink)
+        assert isinstance(sink, StreamingSink)
+
+
+def test_a_sink_without_exactly_once_output_is_refused_by_a_streaming_run(tmp_path) -> None:
+    from keyflow import Pipeline, PlanError, log
+    from tests.streams import append, config, events
+
+    class PrintingSink:  # a batch-only sink: write, but no stage/publish
+        def describe(self) -> dict[str, str]:
+            return {"connector": "printing"}
+
+        def write(self, frame: object) -> int:
+            return 0
+
+    append(tmp_path / "log", events(10, 3, start=0, seed=1))
+    pipeline = Pipeline(config=config(2))
+    pipeline.source(log(str(tmp_path / "log"))).sink(PrintingSink())
+    with pytest.raises(PlanError, match=r"sink: printing .* cannot take part in a streaming run.*use parquet"):
+        pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)

@@ -44,30 +44,56 @@ def test_state_survives_a_filter_inserted_upstream(spark, tmp_path: Path) -> Non
 
 
 def test_uid_keeps_state_across_a_rename(spark, tmp_path: Path) -> None:
-    """An operator without a uid is identified by its name; a renamed one keeps its state
-    when given the old name as uid."""
+    """A keyed operator without a uid is identified by its name and keys; a renamed one keeps
+    its state when given the old uid."""
     first = events(1_000, 80, start=0, seed=31)
     append(tmp_path / "log", first)
     totals(tmp_path).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
 
     second = events(1_000, 80, start=1_000, seed=32)
     append(tmp_path / "log", second)
-    with pytest.raises(PlanError, match=r"'totals_v2' \(uid 'totals_v2'\) has no state .* give it its old uid"):
+    renamed = (
+        r"'totals_v2' \(uid 'totals_v2\[user\]'\) has no state .* holds 'running_total' \(uid 'running_total\[user\]'"
+    )
+    with pytest.raises(PlanError, match=renamed):
         totals(tmp_path, name="totals_v2").run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
-    totals(tmp_path, name="totals_v2", uid="running_total").run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    kept = totals(tmp_path, name="totals_v2", uid="running_total[user]")
+    kept.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
     assert_output(tmp_path, pd.concat([first, second]))
 
 
-def test_auto_uids_ignore_stateless_operators_and_count_repeats() -> None:
-    def uids(with_filter: bool) -> dict[str, str]:
-        p = Pipeline(parallelism=2)
-        stream = p.source(datagen(rows=10, fields={"k": sequence()}))
-        if with_filter:
-            stream = stream.filter("k > 1").select("k")
-        stream.key_by("k").aggregate(n="count(*)").key_by("k").aggregate(m="count(*)").sink(console())
-        return {op.uid: op.kind for op in p.plan().operators if op.keyed}
+def test_derived_uids_ignore_other_operators() -> None:
+    """Stateless operators, even one named like the keyed operator, change no keyed uid."""
 
-    assert uids(with_filter=False) == uids(with_filter=True) == {"aggregate": "aggregate", "aggregate#2": "aggregate"}
+    def uids(with_others: bool) -> list[str]:
+        p = Pipeline(parallelism=2)
+        stream = p.source(datagen(rows=10, fields={"k": sequence(), "j": sequence()}))
+        if with_others:
+            stream = stream.filter("k > 1").select("k", "j").map_batches(lambda b: b, name="aggregate[k]")
+        stream.key_by("k").aggregate(n="count(*)").key_by("n").aggregate(m="count(*)").sink(console())
+        return [op.uid for op in p.plan().operators if op.keyed]
+
+    assert uids(with_others=False) == uids(with_others=True) == ["aggregate[k]", "aggregate[n]"]
+
+
+def test_keyed_operators_that_share_a_name_and_keys_need_uids(spark, tmp_path: Path) -> None:
+    """Their derived uids could swap state when the pipeline is built in another order,
+    so a streaming run refuses them; explicit uids make them distinct."""
+    append(tmp_path / "log", events(200, 10, start=0, seed=41))
+
+    def branches(with_uids: bool) -> Pipeline:
+        pipeline = Pipeline(config=config(2))
+        stream = pipeline.source(log(str(tmp_path / "log")))
+        for number, condition in enumerate(["amount > 0", "amount <= 0"]):
+            counts = stream.filter(condition).key_by("user").aggregate(n="count(*)")
+            (counts.uid(f"counts-{number}") if with_uids else counts).sink(parquet(tmp_path / f"out{number}"))
+        return pipeline
+
+    assert [op.uid for op in branches(False).plan().operators if op.keyed] == ["aggregate[user]", "aggregate[user]#2"]
+    with pytest.raises(PlanError, match=r"keyed operators \['aggregate', 'aggregate'\] have the same name and keys"):
+        branches(False).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    result = branches(True).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert sum(result.output_rows.values()) > 0
 
 
 def test_two_operators_with_one_uid_is_a_plan_error() -> None:
@@ -77,13 +103,16 @@ def test_two_operators_with_one_uid_is_a_plan_error() -> None:
     counts.key_by("k").aggregate(m="count(*)").set_name("recounts").uid("state-a").sink(console())
     with pytest.raises(PlanError, match=r"operators 'counts' and 'recounts' both have uid 'state-a'.*its own"):
         p.plan()
-    with pytest.raises(PlanError, match=r"uid '' is invalid; give a non-empty string"):
+    with pytest.raises(PlanError, match=r"uid '' is invalid; give a non-empty string without '/'"):
         stream.uid("")
+    with pytest.raises(PlanError, match=r"uid 'a/b' is invalid"):
+        stream.uid("a/b")
 
 
 def test_an_explicit_uid_takes_precedence_over_a_name() -> None:
-    """A user's uid that equals another operator's name pushes that one to ``name#2``."""
+    """A user's uid that equals another operator's derived uid pushes that one to ``#2``."""
     p = Pipeline(parallelism=2)
     stream = p.source(datagen(rows=10, fields={"k": sequence()}))
-    stream.key_by("k").aggregate(n="count(*)").key_by("k").aggregate(m="count(*)").uid("aggregate").sink(console())
-    assert [op.uid for op in p.plan().operators if op.keyed] == ["aggregate#2", "aggregate"]
+    first = stream.key_by("k").aggregate(n="count(*)")
+    first.key_by("k").aggregate(m="count(*)").uid("aggregate[k]").sink(console())
+    assert [op.uid for op in p.plan().operators if op.keyed] == ["aggregate[k]#2", "aggregate[k]"]

@@ -88,7 +88,7 @@ def test_operator_ids_repeat_when_the_same_pipeline_is_built_again() -> None:
     assert [op.uid for v in first.vertices for op in v.operators] == [
         "source: datagen",
         "filter",
-        "aggregate",
+        "aggregate[user]",
         "sink: out/x",
     ]
 
@@ -130,3 +130,26 @@ def test_restore_refuses_another_key_hash() -> None:
     saved = p.plan()
     with pytest.raises(PlanError, match=r"written with key hash 'flink', this pipeline uses 'spark'.*same hash"):
         check_restorable(dataclasses.replace(saved, key_hash="flink"), saved, None, False, "ckpt")
+
+
+def test_rescaled_plan_keeps_k_and_explicit_parallelism() -> None:
+    """What restart, live rescale and the autoscaler all use: a pure recompilation."""
+    p = Pipeline(parallelism=2)
+    clicks(p).select("user").set_parallelism(3).key_by("user").aggregate(n="count(*)").sink(console())
+    plan = p.compile()
+    rescaled = plan.rescaled(5)
+    assert plan.explicit_parallelism == rescaled.explicit_parallelism == {"select": 3}
+    assert (rescaled.parallelism, rescaled.max_parallelism) == (5, plan.max_parallelism)
+    by_uid = {op.uid: op.parallelism for op in rescaled.graph.operators}
+    assert by_uid == {"source: datagen": 5, "select": 3, "aggregate[user]": 5, "sink: console": 5}
+    assert [op.uid for op in rescaled.graph.operators if op.keyed] == ["aggregate[user]"]
+    assert plan.graph.default_parallelism == 2  # the original is unchanged (immutable)
+
+
+def test_plan_of_a_pipeline_without_sinks_shows_its_streams() -> None:
+    """A pipeline that ends in to_pandas() has a plan too (nothing else reads its last stream)."""
+    p = Pipeline(parallelism=2)
+    clicks(p).filter("price > 0").key_by("user").aggregate(n="count(*)")
+    assert [op.kind for op in p.plan().operators] == ["source", "filter", "aggregate"]
+    with pytest.raises(PlanError, match="the pipeline is empty"):
+        Pipeline(parallelism=2).plan()

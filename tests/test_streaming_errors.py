@@ -53,7 +53,7 @@ def test_missing_and_unknown_operators(checkpointed: Path) -> None:
 
     stateless = Pipeline(config=config(2, **{"pipeline.max-parallelism": 64}))
     stateless.source(log(str(checkpointed / "log"))).sink(parquet(checkpointed / "out3"))
-    unclaimed = r"holds state of 'running_total' \(uid 'running_total', process\).*ignore-unclaimed-state"
+    unclaimed = r"holds state of 'running_total' \(uid 'running_total\[user\]', process\).*ignore-unclaimed-state"
     with pytest.raises(PlanError, match=unclaimed):
         stateless.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
     dropping = Pipeline(config=config(2, **{"execution.state-recovery.ignore-unclaimed-state": "true"}))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from keyflow.api.stream import Stream, check_parallelism_option
 from keyflow.config import Config, load_yaml
+from keyflow.connectors.base import Source
 from keyflow.errors import PlanError
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan, compile_plan
@@ -56,12 +57,12 @@ class Pipeline:
         self, source: Any, parallelism: int | None = None, name: str | None = None, uid: str | None = None
     ) -> Stream:
         """A stream reading ``source``; ``parallelism`` is the source's own (``scan.parallelism``)."""
-        if not hasattr(source, "read"):
-            raise PlanError(f"{source!r} is not a source; use datagen(...) or files(...)")
+        if not isinstance(source, Source):
+            raise PlanError(f"{source!r} is not a source; use datagen(...), files(...) or log(...)")
         label = name or f"source: {source.describe().get('connector', 'source')}"
         checked = check_parallelism_option(parallelism, f"source {label!r}")
         node_id = self.add(
-            nodes.SourceNode, (), label, checked, uid=None if uid is None else check_uid(uid), source=source
+            nodes.SourceNode, (), label, checked, explicit_uid=None if uid is None else check_uid(uid), source=source
         )
         return Stream(self, node_id)
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from keyflow.connectors.base import Sink
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
 from keyflow.plan.descriptors import StateDescriptor
@@ -53,7 +54,7 @@ class Stream:
     def uid(self, uid: str) -> Stream:
         """Give the operator that produced this stream a stable id (Flink's ``uid``): its state
         is restored by this id, so it survives renames and changes elsewhere in the pipeline."""
-        self.pipeline.replace(self.node_id, uid=check_uid(uid))
+        self.pipeline.replace(self.node_id, explicit_uid=check_uid(uid))
         return self
 
     def select(self, *expressions: str, name: str = "select", parallelism: int | None = None) -> Stream:
@@ -113,19 +114,19 @@ class Stream:
         """
         if not keys or not all(isinstance(key, str) and key.strip() for key in keys):
             raise PlanError(f"key_by needs one or more column names, got {keys!r}")
-        if on_null is not None and not hasattr(on_null, "write"):
+        if on_null is not None and not isinstance(on_null, Sink):
             raise PlanError(f"key_by on_null={on_null!r} is not a sink; pass e.g. parquet('out/dead_letters')")
         return KeyedStream(self, tuple(keys), on_null)
 
     def sink(self, sink: Any, parallelism: int | None = None, name: str | None = None, uid: str | None = None) -> None:
         """Write this stream to ``sink`` when the pipeline runs (``uid``: the sink's stable id)."""
-        if not hasattr(sink, "write"):
+        if not isinstance(sink, Sink):
             raise PlanError(f"{sink!r} is not a sink; use parquet(...), json(...), csv(...) or console()")
         label = name or f"sink: {nodes.sink_target(sink)}"
         checked_uid = None if uid is None else check_uid(uid)
         self.pipeline.add_sink(
             self.pipeline.add(
-                nodes.SinkNode, (self.node_id,), label, _p(parallelism, label), uid=checked_uid, sink=sink
+                nodes.SinkNode, (self.node_id,), label, _p(parallelism, label), explicit_uid=checked_uid, sink=sink
             )
         )
 

@@ -6,9 +6,10 @@ runtime: a new connector is a class with these methods, nothing else to register
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pyspark.sql import DataFrame, SparkSession
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 Moves = list[list[str]]
 """Staged output of one micro-batch: ``[staged path, final path]`` pairs, recorded in the

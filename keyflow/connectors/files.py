@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from keyflow.connectors.base import Moves
 from keyflow.errors import PipelineError, PlanError
-from keyflow.paths import absolute, exists, filesystem
+from keyflow.paths import absolute, exists, filesystem, is_uri
 
 FORMATS = ("parquet", "json", "csv")
 # Malformed JSON/CSV records fail the job by default instead of silently becoming nulls.
@@ -165,7 +165,7 @@ def csv(path: str | Path, **options: str) -> FileSink:
 
 
 def _exists(path: str) -> bool:
-    if "://" in path and not path.startswith("file://"):
+    if is_uri(path) and not path.startswith("file://"):
         return True  # remote filesystems: let Spark report a missing path
     local = Path(path.removeprefix("file://"))
     return local.exists() or any(char in path for char in "*?[")

@@ -17,16 +17,17 @@ import pyarrow as pa
 from keyflow.plan.descriptors import StateDescriptor
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Node:
     """An operator: ``id`` is its place in creation order, ``inputs`` the ids it reads;
-    ``parallelism`` and ``uid`` are the user's explicit settings, if any."""
+    ``parallelism`` and ``explicit_uid`` are the user's settings, if any (the compiler
+    derives the uid of an operator without one, see ``keyflow.plan.uids``)."""
 
     id: int
     inputs: tuple[int, ...]
     name: str
     parallelism: int | None = None
-    uid: str | None = None
+    explicit_uid: str | None = None
 
     kind: ClassVar[str] = "node"
     keyed: ClassVar[bool] = False  # needs its input partitioned by key group
@@ -36,7 +37,7 @@ class Node:
         return {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SourceNode(Node):
     source: Any = None
     kind: ClassVar[str] = "source"
@@ -45,7 +46,7 @@ class SourceNode(Node):
         return dict(self.source.describe())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SelectNode(Node):
     expressions: tuple[str, ...] = ()
     kind: ClassVar[str] = "select"
@@ -54,7 +55,7 @@ class SelectNode(Node):
         return {"expressions": list(self.expressions)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FilterNode(Node):
     condition: str = ""
     kind: ClassVar[str] = "filter"
@@ -63,7 +64,7 @@ class FilterNode(Node):
         return {"condition": self.condition}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class WithColumnsNode(Node):
     columns: Mapping[str, str] = field(default_factory=dict)
     kind: ClassVar[str] = "with_columns"
@@ -72,7 +73,7 @@ class WithColumnsNode(Node):
         return {"columns": dict(self.columns)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MapBatchesNode(Node):
     function: Callable[..., Any] | None = None
     schema: pa.Schema | str | None = None
@@ -83,7 +84,7 @@ class MapBatchesNode(Node):
         return {"function": function_name(self.function), "format": self.batch_format}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class KeyedNode(Node):
     """An operator that needs its input partitioned by key group."""
 
@@ -92,7 +93,7 @@ class KeyedNode(Node):
     keyed: ClassVar[bool] = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AggregateNode(KeyedNode):
     aggregations: Mapping[str, str] = field(default_factory=dict)
     kind: ClassVar[str] = "aggregate"
@@ -101,7 +102,7 @@ class AggregateNode(KeyedNode):
         return {"keys": list(self.keys), "aggregations": dict(self.aggregations)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ProcessNode(KeyedNode):
     function: Callable[..., Any] | None = None
     schema: pa.Schema | str | None = None
@@ -118,7 +119,7 @@ class ProcessNode(KeyedNode):
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SinkNode(Node):
     sink: Any = None
     kind: ClassVar[str] = "sink"

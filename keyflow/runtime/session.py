@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from keyflow.config import ConfigError
 from keyflow.runtime.errors import first_line
-from keyflow.runtime.java import require_java
+from keyflow.runtime.java import JavaNotFoundError, require_java
 
 DEFAULT_MASTER = "local[*]"
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -31,7 +31,10 @@ def spark_session(conf: Mapping[str, str] | None = None, app_name: str = "keyflo
     if active is not None:
         _apply_runtime_settings(active, settings)
         return active
-    require_java()
+    try:
+        require_java()
+    except JavaNotFoundError as error:
+        raise ConfigError(str(error)) from None
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     builder = SparkSession.Builder().appName(app_name)  # a fresh builder: options must not leak between runs

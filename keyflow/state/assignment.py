@@ -53,6 +53,14 @@ def needed_files(files: Iterable[StateFile], max_parallelism: int) -> list[State
     return sorted(keep, key=lambda f: (f.version, f.first))
 
 
+def files_to_read(files: Iterable[StateFile], first: int, last: int, after_version: int = -1) -> list[StateFile]:
+    """The files a restore of key groups ``first..last`` opens, in the order it applies them:
+    oldest version first, a full file before a delta of its version; with ``after_version``
+    only newer ones. Rows a newer full file supersedes are dropped while reading."""
+    overlapping = [f for f in files if f.last >= first and f.first <= last and f.version > after_version]
+    return sorted(overlapping, key=lambda f: (f.version, f.kind != "full"))
+
+
 def delta_depth(files: Iterable[StateFile], max_parallelism: int) -> np.ndarray:
     """Per key group, how many delta files a restore reads after its newest full file."""
     files = list(files)

@@ -33,7 +33,7 @@ from pyarrow import fs
 from keyflow.errors import KeyflowError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.paths import absolute, exists, filesystem, lock_file
-from keyflow.state.assignment import StateFile, base_versions
+from keyflow.state.assignment import StateFile, base_versions, files_to_read
 from keyflow.state.memory import KeyedStateStore
 
 FORMAT_VERSION = 1
@@ -202,9 +202,10 @@ class Checkpoint:
 
 
 def operator_dir(uid: str) -> str:
-    """The directory of an operator's state: ``op-<uid>``, with characters that are not safe
-    in paths on every filesystem (HDFS refuses ':') replaced and a hash of the uid added."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", uid)
+    """The directory of an operator's state: ``op-<uid>``, where a uid with characters that
+    are not safe in paths on every filesystem (HDFS refuses ':'; macOS and Windows ignore
+    case) has them replaced and a hash of the uid added, so distinct uids never share one."""
+    safe = re.sub(r"[^a-z0-9_.-]", "_", uid.lower())
     return f"op-{safe}" if safe == uid else f"op-{safe}-{hashlib.sha1(uid.encode()).hexdigest()[:8]}"
 
 
@@ -241,9 +242,7 @@ def restore(
     and the deltas after it, oldest first (later rows of a key win). With ``after_version``,
     only changes newer than it (catching up a store that already holds that version)."""
     base = base_versions(files, max_parallelism)
-    for f in sorted(files, key=lambda f: (f.version, f.kind != "full")):
-        if f.last < first or f.first > last or f.version <= after_version:
-            continue
+    for f in files_to_read(files, first, last, after_version):
         table = _read_range(checkpoint, f, first, last)
         key_groups = table.column(KEY_GROUP_COLUMN).to_numpy()
         current = base[key_groups]

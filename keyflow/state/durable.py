@@ -1,6 +1,6 @@
 """Where a keyed subtask gets its state from and puts it back: memory (batch) or a checkpoint.
 
-Both backends are pickled into Spark's Python workers. The checkpoint backend keeps each
+Both are pickled into Spark's Python workers. The checkpoint backend keeps each
 worker's state in a process-wide cache between micro-batches (Spark reuses Python
 workers), tagged with the version it holds; a task takes what the cache has for its
 key-group range, catches it up from delta files or restores gaps from the checkpoint, and

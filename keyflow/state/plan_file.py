@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from keyflow.errors import KeyflowError
 from keyflow.plan.graph import JobGraph
 from keyflow.state.checkpoint import Checkpoint, CheckpointError
 
@@ -46,7 +47,9 @@ class PlanFile:
                 source_schema=data.get("source_schema"),
                 key_types=dict(data.get("key_types", {})),
             )
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
+        except KeyflowError:
+            raise  # a plan of another format version says so itself
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise CheckpointError(
                 f"{where} is not a readable keyflow plan ({type(error).__name__}: {error}); it was damaged or "
                 "written by something else. Restore it from a copy, or start with a new checkpoint directory"

@@ -17,16 +17,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from keyflow.connectors.base import StreamingSink
+from keyflow.errors import PlanError
+from keyflow.paths import exists, filesystem
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.nodes import Node
 from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.streaming.faults import fault
-from keyflow.runtime.streaming.restore import publish
 from keyflow.runtime.streaming.results import BatchMetrics
 from keyflow.state.assignment import StateFile, compacting_subtasks, needed_files
 from keyflow.state.checkpoint import Checkpoint, Manifest
@@ -54,9 +56,11 @@ def commit_micro_batch(
     frame: DataFrame,
     batch: int,
     check_keys: Callable[[FrameBuilder], None],
+    event: dict[str, Any] | None = None,
 ) -> tuple[Manifest, BatchMetrics]:
     """Run micro-batch ``batch`` of the source rows ``frame`` and commit it as version
-    ``batch``; ``check_keys`` sees the built operators before anything runs."""
+    ``batch``; ``check_keys`` sees the built operators before anything runs; ``event`` (a
+    rescale) is logged with the batch once it is committed."""
     started = time.perf_counter()
     plan, checkpoint = stream.plan, stream.checkpoint
     frame.sparkSession.conf.set("spark.sql.shuffle.partitions", str(plan.parallelism))
@@ -81,6 +85,8 @@ def commit_micro_batch(
             operators[uid] = needed_files([*previous, *new], plan.max_parallelism)
         manifest = Manifest(batch, plan.parallelism, plan.max_parallelism, operators, staged)
         checkpoint.commit(manifest)
+        if event is not None:
+            checkpoint.append_event({**event, "batch": batch})
         fault("after-commit", batch)
         publish(plan, manifest)
         fault("after-publish", batch)
@@ -135,3 +141,17 @@ def _observed_rows(observation: Observation) -> int | None:
         return int(observation.get.get("rows", 0))
     except Exception:  # Spark's adaptive execution may prune the observed node of an empty stage
         return None
+
+
+def publish(plan: CompiledPlan, manifest: Manifest) -> None:
+    """Make a committed version's staged output visible, sink by sink (idempotent)."""
+    outputs = plan.outputs()
+    for staged in manifest.sinks:
+        if staged["uid"] not in outputs and any(exists(*filesystem(source)) for source, _ in staged["moves"]):
+            raise PlanError(
+                f"checkpoint version {manifest.version} holds committed output of sink uid {staged['uid']!r} that "
+                "is not yet published, and this pipeline has no sink with that uid; run the pipeline that wrote it "
+                "once more (it publishes on start), then change the pipeline"
+            )
+        if staged["uid"] in outputs:
+            outputs[staged["uid"]][1].publish(staged["moves"])

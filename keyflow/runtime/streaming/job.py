@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
 from keyflow.errors import KeyflowError, PlanError, is_positive_int
-from keyflow.paths import is_uri, unlock
+from keyflow.paths import unlock
 from keyflow.plan.compile import CompiledPlan
 from keyflow.runtime.autoscale import Autoscaler
 from keyflow.runtime.errors import guarded, translate
@@ -168,10 +168,8 @@ class StreamingJob:
         self._plan_file = restore.check_source_schema(
             self.checkpoint, self._plan_file, self._source, stream.schema.simpleString()
         )
-        source_dir = f"{self.checkpoint.uri.rstrip('/')}/{restore.SOURCE_DIR}" if is_uri(self.checkpoint.uri) else None
-        writer = stream.writeStream.foreachBatch(self._run_batch).option(
-            "checkpointLocation", source_dir or self.checkpoint.path(restore.SOURCE_DIR)
-        )
+        source_dir = f"{self.checkpoint.uri.rstrip('/')}/{restore.SOURCE_DIR}"  # Spark's own offsets
+        writer = stream.writeStream.foreachBatch(self._run_batch).option("checkpointLocation", source_dir)
         if self.available_now:
             writer = writer.trigger(availableNow=True)
         else:
@@ -197,11 +195,9 @@ class StreamingJob:
             return  # committed before a crash; Spark replays it because its own commit was lost
         fault("start", batch)
         self._apply_rescale()
-        manifest, metrics = commit_micro_batch(self._stream, frame, batch, self._check_key_types)
+        manifest, metrics = commit_micro_batch(self._stream, frame, batch, self._check_key_types, self._pending_event)
         self._stream = dataclasses.replace(self._stream, manifest=manifest)
-        if self._pending_event is not None:
-            self.checkpoint.append_event({**self._pending_event, "batch": batch})
-            self._pending_event = None
+        self._pending_event = None
         self.result.batches.append(metrics)
         if self._on_batch is not None:
             self._on_batch(metrics)

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 
 from pyarrow import fs
 
+from keyflow.connectors.base import StreamingSink, StreamingSource
 from keyflow.errors import PlanError
-from keyflow.paths import exists, filesystem
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.nodes import SourceNode
 from keyflow.plan.restore import check_restorable
+from keyflow.plan.uids import ambiguous_keyed
+from keyflow.runtime.streaming.commit import publish
 from keyflow.state.checkpoint import LOCK_FILE, Checkpoint, CheckpointError, Manifest
 from keyflow.state.plan_file import PlanFile, read_plan_file, write_plan_file
 
@@ -37,7 +39,7 @@ class Restored:
 def streaming_source(plan: CompiledPlan) -> SourceNode:
     """The one unbounded source a streaming run reads."""
     sources = plan.sources
-    if len(sources) != 1 or not getattr(sources[0].source, "unbounded", False):
+    if len(sources) != 1 or not (isinstance(sources[0].source, StreamingSource) and sources[0].source.unbounded):
         raise PlanError(
             "a streaming run (run(checkpoint=...)) needs exactly one unbounded source, e.g. "
             "datagen(rows_per_second=...), files(..., watch=True) or log(...); "
@@ -48,6 +50,18 @@ def streaming_source(plan: CompiledPlan) -> SourceNode:
 
 def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
     """Start a new checkpoint, or check and prepare an existing one for ``plan``."""
+    for label, sink in plan.outputs().values():
+        if not isinstance(sink, StreamingSink):
+            raise PlanError(
+                f"{label} ({sink!r}) cannot take part in a streaming run: it has no stage/publish for exactly-once "
+                "output; use parquet(...), json(...), csv(...), console() or blackhole()"
+            )
+    for group in ambiguous_keyed(list(plan.nodes.values())):
+        raise PlanError(
+            f"keyed operators {[node.name for node in group]} have the same name and keys, so their derived uids "
+            f"cannot tell their state apart (built in another order, they would swap state); give each one "
+            ".uid('...') before running with a checkpoint"
+        )
     try:
         saved = read_plan_file(checkpoint)
     except CheckpointError as error:
@@ -81,20 +95,6 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
     for _, sink in current.outputs().values():
         sink.discard_after(committed)  # output of batches after the checkpoint (e.g. restored from a copy)
     return Restored(current, saved, manifest)
-
-
-def publish(plan: CompiledPlan, manifest: Manifest) -> None:
-    """Make a committed version's staged output visible, sink by sink (idempotent)."""
-    outputs = plan.outputs()
-    for staged in manifest.sinks:
-        if staged["uid"] not in outputs and any(exists(*filesystem(source)) for source, _ in staged["moves"]):
-            raise PlanError(
-                f"checkpoint version {manifest.version} holds committed output of sink uid {staged['uid']!r} that "
-                "is not yet published, and this pipeline has no sink with that uid; run the pipeline that wrote it "
-                "once more (it publishes on start), then change the pipeline"
-            )
-        if staged["uid"] in outputs:
-            outputs[staged["uid"]][1].publish(staged["moves"])
 
 
 def _check_empty(checkpoint: Checkpoint) -> None:
