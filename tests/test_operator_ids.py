@@ -1,4 +1,10 @@
-"""Stable operator ids (Flink's ``uid``): state is matched by uid, so it survives pipeline changes."""
+"""Stable operator ids (Flink's ``uid``): state is matched by uid, so it survives pipeline changes.
+
+Flink's own cases (StreamingJobGraphGeneratorNodeHashTest) are mirrored by name where keyflow
+behaves the same; ``test_changed_operator_name`` is where it deliberately differs: Flink's
+generated ids hash the topology and ignore names, keyflow's derived uids are the name and
+keys and ignore the topology, so stateless operators can come and go.
+"""
 
 from __future__ import annotations
 
@@ -96,7 +102,7 @@ def test_keyed_operators_that_share_a_name_and_keys_need_uids(spark, tmp_path: P
     assert sum(result.output_rows.values()) > 0
 
 
-def test_two_operators_with_one_uid_is_a_plan_error() -> None:
+def test_manual_hash_assignment_collision_throws_exception() -> None:
     p = Pipeline(parallelism=2)
     stream = p.source(datagen(rows=10, fields={"k": sequence()}))
     counts = stream.key_by("k").aggregate(n="count(*)").set_name("counts").uid("state-a")
@@ -116,3 +122,30 @@ def test_an_explicit_uid_takes_precedence_over_a_name() -> None:
     first = stream.key_by("k").aggregate(n="count(*)")
     first.key_by("k").aggregate(m="count(*)").uid("aggregate[k]").sink(console())
     assert [op.uid for op in p.plan().operators if op.keyed] == ["aggregate[k]#2", "aggregate[k]"]
+
+
+def test_node_hash_identical_nodes() -> None:
+    """Two identical operators on one input get distinct ids."""
+    p = Pipeline(parallelism=2)
+    source = p.source(datagen(rows=10, fields={"k": sequence()}))
+    source.select("k").sink(console())
+    source.select("k").sink(console())
+    uids = [op.uid for op in p.plan().operators]
+    assert len(set(uids)) == len(uids) == 5
+    assert uids.count("select") == uids.count("select#2") == 1
+
+
+def test_changed_operator_name() -> None:
+    """Deliberately unlike Flink: a renamed keyed operator gets another derived uid (an
+    explicit uid keeps it); a renamed stateless operator changes no keyed uid."""
+
+    def keyed_uid(name: str, filter_name: str, uid: str | None = None) -> str:
+        p = Pipeline(parallelism=2)
+        counts = p.source(datagen(rows=10, fields={"k": sequence()})).filter("k > 0", name=filter_name)
+        counts = counts.key_by("k").aggregate(n="count(*)").set_name(name)
+        (counts.uid(uid) if uid else counts).sink(console())
+        return next(op.uid for op in p.plan().operators if op.keyed)
+
+    assert keyed_uid("A", "f") == keyed_uid("A", "g") == "A[k]"
+    assert keyed_uid("B", "f") == "B[k]"
+    assert keyed_uid("B", "f", uid="A[k]") == "A[k]"
