@@ -155,3 +155,10 @@ def test_importing_loads_no_spark(module: str) -> None:
     check += "print(loaded[:3]); sys.exit(1 if loaded else 0)"
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=False)
     assert result.returncode == 0, f"importing {module} loaded {result.stdout.strip()} {result.stderr}"
+
+
+def test_the_cli_starts_without_pandas() -> None:
+    """Commands import what they need when they run: ``keyflow keygroups`` does not pay for
+    pandas (about a quarter of a second here), which only the checkpoint commands use."""
+    check = "import keyflow.cli.app, sys; sys.exit(1 if 'pandas' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", check], check=False).returncode == 0

@@ -11,8 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from keyflow.cli.errors import user_errors
-from keyflow.state.checkpoint import Checkpoint
-from keyflow.state.inspect import describe_checkpoint
 
 
 def checkpoints(
@@ -20,6 +18,9 @@ def checkpoints(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
     """Versions, operators, max parallelism, parallelism history, state bytes and keys per operator."""
+    from keyflow.state.checkpoint import Checkpoint  # pandas and pyarrow: only for this command
+    from keyflow.state.inspect import describe_checkpoint
+
     with user_errors():
         described = describe_checkpoint(Checkpoint(directory))
     if as_json:

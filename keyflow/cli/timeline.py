@@ -14,8 +14,6 @@ from rich.table import Table
 from keyflow.cli.errors import user_errors
 from keyflow.scheduler.timeline import Run
 from keyflow.scheduler.timeline import timeline as read_timeline
-from keyflow.state.checkpoint import Checkpoint
-from keyflow.state.inspect import scheduler_log
 
 WINDOW_STYLE = {
     "cooldown": {"color": "tab:orange", "alpha": 0.18, "label": "cooldown (scaling-interval.min)"},
@@ -32,6 +30,9 @@ def timeline(
     ] = False,
 ) -> None:
     """Slots, parallelism and every decision of the adaptive scheduler, per run."""
+    from keyflow.state.checkpoint import Checkpoint  # pandas and pyarrow: only for this command
+    from keyflow.state.inspect import scheduler_log
+
     with user_errors():
         records = scheduler_log(Checkpoint(directory))
         runs = read_timeline(records)
