@@ -33,19 +33,21 @@ def simulate(config: SchedulerConfig, slots_at: dict[float, int], end: float) ->
 
 SCENARIOS = {
     "scaling-interval-min": (
-        "scaling-interval.min = 30 s: slots at 15 s and 25 s restart the cooldown; one rescale, at 55 s",
+        "scaling-interval.min = 30 s: slots arriving in a cooldown wait for its end: rescales at 40 s and 70 s",
         SchedulerConfig(max_parallelism=128, scaling_interval_min=30),
-        {0: 2, 15: 3, 25: 4},
-        80,
+        {0: 2, 15: 3, 25: 4, 45: 5, 65: 6},
+        100,
     ),
     "scaling-interval-max": (
-        "scaling-interval.max = 60 s: slots every 20 s would starve a rescale; it is due ≤ 60 s after the last",
-        SchedulerConfig(max_parallelism=128, scaling_interval_min=30, scaling_interval_max=60),
-        {0: 2, 20: 3, 40: 4, 60: 5, 80: 6, 100: 7},
+        "scaling-interval.max = 60 s (min-parallelism-increase = 3): +1 at 40 s is forced at 90 s",
+        SchedulerConfig(
+            max_parallelism=128, scaling_interval_min=20, scaling_interval_max=60, min_parallelism_increase=3
+        ),
+        {0: 2, 40: 3},
         120,
     ),
     "min-parallelism-increase": (
-        "min-parallelism-increase = 3 (max = 90 s): +1 waits, +3 rescales, +1 is forced 90 s later",
+        "min-parallelism-increase = 3 (max = 90 s): +1 waits, +3 rescales at once, the next +1 is forced at 170 s",
         SchedulerConfig(
             max_parallelism=128, scaling_interval_min=20, scaling_interval_max=90, min_parallelism_increase=3
         ),
@@ -53,7 +55,7 @@ SCENARIOS = {
         200,
     ),
     "resource-stabilization-timeout": (
-        "resource-stabilization-timeout = 10 s: each loss restarts the wait; the job runs at 2 at 45 s",
+        "resource-stabilization-timeout = 10 s: the deadline set at the loss (30 s) holds; runs at 2 at 40 s",
         SchedulerConfig(max_parallelism=128, resource_stabilization_timeout=10),
         {0: 4, 30: 3, 35: 2},
         60,

@@ -56,19 +56,24 @@ def _choice(*choices: str) -> Callable[[str, Any], str]:
 _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
 
 
-def parse_duration(key: str, value: Any) -> float:
-    """Seconds from a Flink-style duration: ``30 s``, ``500 ms``, ``5 min``, ``1h`` (bare numbers: ms)."""
-    if str(value).strip().startswith("-"):
-        raise ConfigError(f"{key}={value!r} must not be negative")
+def parse_duration(key: str, value: Any, negative: bool = False) -> float:
+    """Seconds from a Flink-style duration: ``30 s``, ``500 ms``, ``5 min``, ``1h`` (bare numbers: ms);
+    with ``negative``, ``-1 s`` and the like are allowed (they mean "no timeout" where Flink says so)."""
+    text = str(value).strip()
+    if text.startswith("-"):
+        if not negative:
+            raise ConfigError(f"{key}={value!r} must not be negative")
+        return -parse_duration(key, text[1:])
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(value).lower())
     if isinstance(value, bool) or not match or match.group(2) not in (*_UNITS, ""):
         raise ConfigError(f"{key}={value!r} is not a duration; write e.g. '30 s', '500 ms' or '5 min'")
     return float(match.group(1)) * _UNITS.get(match.group(2), 0.001)
 
 
-def _duration_text(key: str, value: Any) -> str:
-    """A valid duration, kept as written (the scheduler reads it with its unit)."""
-    parse_duration(key, value)
+def _duration_text(key: str, value: Any, negative: bool = False) -> str:
+    """A valid duration, kept as written (the scheduler reads it with its unit); ``negative``:
+    a leading '-' is allowed (Flink's "no timeout")."""
+    parse_duration(key, value, negative)
     return str(value)
 
 
@@ -147,16 +152,16 @@ OPTIONS: dict[str, Option] = {
             "jobmanager.adaptive-scheduler.scaling-interval.min",
             _duration_text,
             "30 s",
-            "Adaptive scheduler: minimum time between two rescales (the cooldown). "
-            "Alias: jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling.",
+            "Adaptive scheduler: the cooldown after a rescale (Flink 1.19/1.20). New slots more than this long "
+            "after the last rescale rescale at once; earlier ones are checked when the cooldown ends.",
         ),
         Option(
             "jobmanager.adaptive-scheduler.scaling-interval.max",
             _duration_text,
             None,
-            "Adaptive scheduler: after this long since the last rescale, a rescale below the minimum increase is "
-            "forced and a cooldown cannot push a rescale further. Unset: never forced. "
-            "Alias: …executing.resource-stabilization-timeout (Flink 2's name, where it defaults to 60 s).",
+            "Adaptive scheduler: an increase below min-parallelism-increase is forced once it is still there this "
+            "long after the check that found it (at once if the last rescale is longer ago). Unset: never forced. "
+            "Must be greater than scaling-interval.min.",
         ),
         Option(
             "jobmanager.adaptive-scheduler.min-parallelism-increase",
@@ -168,15 +173,16 @@ OPTIONS: dict[str, Option] = {
             "jobmanager.adaptive-scheduler.resource-stabilization-timeout",
             _duration_text,
             "10 s",
-            "Adaptive scheduler: after lost resources or a failure, how long slots must stay unchanged before "
-            "the job runs at the new parallelism. Alias: …submission.resource-stabilization-timeout.",
+            "Adaptive scheduler: at start, after lost resources or a failure, how long to wait once sufficient "
+            "(not all desired) slots are there before the job runs at what is there; set once, not moved by "
+            "later changes. Alias: …submission.resource-stabilization-timeout (Flink 2's name).",
         ),
         Option(
             "jobmanager.adaptive-scheduler.resource-wait-timeout",
-            _duration_text,
+            lambda key, value: _duration_text(key, value, negative=True),
             "5 min",
-            "Adaptive scheduler: how long to wait for any slot before the job fails. "
-            "Alias: …submission.resource-wait-timeout.",
+            "Adaptive scheduler: how long to wait for resources; then the job runs at what is there, or fails "
+            "with no slot. Negative (e.g. -1 s): wait forever. Alias: …submission.resource-wait-timeout.",
         ),
         Option(
             "execution.state-recovery.ignore-unclaimed-state",
@@ -190,13 +196,37 @@ OPTIONS: dict[str, Option] = {
 
 
 _SCHEDULER = "jobmanager.adaptive-scheduler."
-# Flink 2's names for the same options (FLIP-472; FLINK-36015's release note gives the mapping).
+# Flink 2's names for the same options: FLIP-472 renamed the submission timeouts without
+# changing what they mean (FLINK-36015's release note).
 ALIASES = {
-    _SCHEDULER + "executing.cooldown-after-rescaling": _SCHEDULER + "scaling-interval.min",
-    _SCHEDULER + "executing.resource-stabilization-timeout": _SCHEDULER + "scaling-interval.max",
     _SCHEDULER + "submission.resource-stabilization-timeout": _SCHEDULER + "resource-stabilization-timeout",
     _SCHEDULER + "submission.resource-wait-timeout": _SCHEDULER + "resource-wait-timeout",
 }
+
+_FLINK_1 = "keyflow's adaptive scheduler is Flink 1.19/1.20's (FLIP-160 with FLIP-322's cooldown)"
+FLINK_2_ONLY = {
+    _SCHEDULER + "executing.cooldown-after-rescaling": (
+        "in Flink 2 it is the cooldown of another state machine (Cooldown -> Idling/Stabilizing -> Stabilized, "
+        f"rescaling on a completed checkpoint); {_FLINK_1}: use {_SCHEDULER}scaling-interval.min"
+    ),
+    _SCHEDULER + "executing.resource-stabilization-timeout": (
+        "in Flink 2 it is how long a running job waits for changed resources to stabilize before it rescales "
+        f"(default 60 s); {_FLINK_1}, which rescales after {_SCHEDULER}scaling-interval.min and forces small "
+        f"increases after {_SCHEDULER}scaling-interval.max: use those"
+    ),
+    _SCHEDULER + "rescale-trigger.max-delay": (
+        "in Flink 2 (FLIP-461) a rescale waits for a completed checkpoint, at most this long; keyflow rescales at "
+        "the next micro-batch boundary, which is its checkpoint: remove it"
+    ),
+    _SCHEDULER + "rescale-trigger.max-checkpoint-failures": (
+        "in Flink 2 (FLIP-461) a rescale waits for a completed checkpoint unless this many fail; keyflow rescales "
+        "at the next micro-batch boundary, which is its checkpoint: remove it"
+    ),
+}
+FLINK_2_ONLY[_SCHEDULER + "max-delay-for-scale-trigger"] = FLINK_2_ONLY[_SCHEDULER + "rescale-trigger.max-delay"]
+FLINK_2_ONLY[_SCHEDULER + "scale-on-failed-checkpoints-count"] = FLINK_2_ONLY[
+    _SCHEDULER + "rescale-trigger.max-checkpoint-failures"
+]
 
 
 class Config(Mapping[str, Any]):
@@ -217,6 +247,8 @@ class Config(Mapping[str, Any]):
             key = str(key).strip()
             if key.startswith("spark."):
                 self._spark[key] = str(value)
+            elif key in FLINK_2_ONLY:
+                raise ConfigError(f"{key} is not supported: {FLINK_2_ONLY[key]}")
             elif key in OPTIONS or key in ALIASES:
                 canonical = ALIASES.get(key, key)
                 self._values[canonical] = None if value is None else OPTIONS[canonical].parse(key, value)

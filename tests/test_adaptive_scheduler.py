@@ -1,9 +1,15 @@
-"""The adaptive scheduler's state machine on a fake clock: seed 002's test plan and more.
+"""The adaptive scheduler's state machine on a fake clock.
 
-Expected parallelism over time is worked out by hand from the rules in the module doc.
+Each case names the Flink test it mirrors (Flink 1.19/1.20: ``ExecutingTest``,
+``WaitingForResourcesTest``, ``EnforceMinimalIncreaseRescalingControllerTest``) or the part
+of seed 002's test plan it covers. Flink's tests call a state's handlers on a mock context;
+here the same situations are set up with slots and times, and the expected parallelism
+over time is worked out by hand from Flink's rules (see the module docstring).
 """
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 
@@ -19,11 +25,17 @@ class FakeClock:
         return self.now
 
 
-def running(slots: int = 2, **options: object) -> tuple[AdaptiveScheduler, FakeClock]:
-    """A scheduler Executing at ``slots`` since t=10 (after the 10 s stabilization)."""
+def scheduler_with(**options: object) -> tuple[AdaptiveScheduler, FakeClock]:
     clock = FakeClock()
     scheduler = AdaptiveScheduler(SchedulerConfig(max_parallelism=128, **options), clock)  # type: ignore[arg-type]
     scheduler.start()
+    return scheduler, clock
+
+
+def running(slots: int = 2, **options: object) -> tuple[AdaptiveScheduler, FakeClock]:
+    """A scheduler Executing at ``slots`` since t=10 (after the 10 s stabilization); its
+    cooldown check is due at 10 + scaling-interval.min."""
+    scheduler, clock = scheduler_with(**options)
     scheduler.on_resources(slots)
     assert scheduler.state is State.WAITING_FOR_RESOURCES
     at(scheduler, clock, 10)
@@ -40,91 +52,152 @@ def at(scheduler: AdaptiveScheduler, clock: FakeClock, time: float, slots: int |
     return scheduler.parallelism
 
 
-def test_min_exceeded_rescales_at_once() -> None:
+def rescales(scheduler: AdaptiveScheduler) -> list[tuple[float, int, int]]:
+    """Parallelism changes while Executing (not the transitions into it)."""
+    events = scheduler.events
+    return [(e.time, e.parallelism_from, e.parallelism_to) for before, e in itertools.pairwise(events)
+            if before.state is e.state is State.EXECUTING and e.parallelism_from != e.parallelism_to]  # fmt: skip
+
+
+# -- Executing: ExecutingTest and seed 002's plan ---------------------------------------------
+
+
+def test_notify_new_resources_available_before_cooldown_is_over_scheduled_state_change() -> None:
+    """Seed 002, scaling-interval.min not exceeded: the rescale happens when the cooldown ends."""
     scheduler, clock = running()
-    assert at(scheduler, clock, 50, slots=4) == 4  # 40 s after the last rescale > 30 s
+    assert at(scheduler, clock, 20, slots=4) == 2  # 10 s into the 30 s cooldown
+    assert scheduler.events[-1].due == 40  # the check scheduled on entering Executing at 10
+    assert at(scheduler, clock, 39.9) == 2
+    assert at(scheduler, clock, 40) == 4
     assert scheduler.events[-1].reason == "new resources after cooldown"
 
 
-def test_min_not_exceeded_schedules_the_rescale_after_the_cooldown() -> None:
-    scheduler, clock = running()
-    assert at(scheduler, clock, 20, slots=4) == 2  # 10 s into the cooldown: scheduled at 20 + 30
-    assert at(scheduler, clock, 49.9) == 2
-    assert at(scheduler, clock, 50) == 4
+def test_notify_new_resources_available_after_cooldown_is_over_state_change() -> None:
+    """Seed 002, scaling-interval.min exceeded: the rescale happens at once."""
+    scheduler, clock = running(scaling_interval_min=20.0)
+    assert at(scheduler, clock, 40, slots=4) == 4  # 30 s after the last rescale > 20 s
+    assert rescales(scheduler) == [(40, 2, 4)]
 
 
-def test_slots_in_bursts_during_a_cooldown_give_one_rescale() -> None:
-    scheduler, clock = running()
-    for time, slots in ((20, 3), (30, 4), (45, 5)):
-        assert at(scheduler, clock, time, slots) == 2
-    assert at(scheduler, clock, 74.9) == 2  # each arrival restarted the cooldown: due at 45 + 30
-    assert at(scheduler, clock, 75) == 5
-    assert [(e.parallelism_from, e.parallelism_to) for e in scheduler.events if e.parallelism_from != e.parallelism_to][
-        -1:
-    ] == [(2, 5)]
+def test_notify_new_resources_available_with_can_scale_up_without_force_transitions_to_restarting() -> None:
+    scheduler, clock = running(scaling_interval_min=0.0)
+    assert at(scheduler, clock, 10.001, slots=3) == 3
 
 
-def test_starvation_without_max() -> None:
-    """Slots arriving every 20 s (< scaling-interval.min) push the rescale back forever."""
-    scheduler, clock = running()
-    for step in range(1, 15):
-        assert at(scheduler, clock, 10 + 20 * step, slots=2 + step) == 2
-    assert at(scheduler, clock, 10 + 20 * 14 + 29) == 2
-    assert at(scheduler, clock, 10 + 20 * 14 + 30) == 16  # only once they stop
+def test_notify_new_resources_available_with_cant_scale_up_without_force_and_cant_scale_up_with_force() -> None:
+    """Seed 002, scaling-interval.max enabled but the slots are gone when it is due: no rescale."""
+    scheduler, clock = running(min_parallelism_increase=2, scaling_interval_min=0.0, scaling_interval_max=10.0)
+    assert at(scheduler, clock, 11, slots=3) == 2  # +1 < 2, 1 s is not > 10 s: a forced rescale due at 21
+    assert scheduler.events[-1].due == 21
+    assert at(scheduler, clock, 15, slots=2) == 2  # the slot leaves again (not below the parallelism)
+    assert at(scheduler, clock, 30) == 2  # neither force (20: the entry check's, 21: this one's) finds a change
+    assert scheduler.state is State.EXECUTING
+    assert rescales(scheduler) == []
 
 
-def test_starvation_is_bounded_by_max() -> None:
-    """The same arrivals with scaling-interval.max = 60: the rescale is due at 10 + 60 at the latest."""
-    scheduler, clock = running(scaling_interval_max=60.0)
-    for time, slots in ((30, 3), (50, 4)):
-        assert at(scheduler, clock, time, slots) == 2  # due 60, then pushed to min(80, 70)
-    assert at(scheduler, clock, 69.9) == 2
-    assert at(scheduler, clock, 70) == 4
-    assert scheduler.events[-1].time == 70
+def test_notify_new_resources_available_with_cant_scale_up_without_force_and_can_scale_up_with_force_scheduled() -> (
+    None
+):
+    """Seed 002, scaling-interval.max enabled and not exceeded: forced ``max`` after a check.
+
+    As in Flink, every check that finds no rescale worth it schedules a force ``max`` later:
+    here the cooldown's own check at 30 (nothing new then) schedules one at 60, the check of
+    the new slot at 35 one at 65, and the first that finds the slot still there forces."""
+    scheduler, clock = running(min_parallelism_increase=2, scaling_interval_min=20.0, scaling_interval_max=30.0)
+    assert at(scheduler, clock, 35, slots=3) == 2  # 25 s since the last rescale: > 20, not > 30
+    assert scheduler.events[-1].due == 65  # 30 s after this check, not 30 s after the last rescale
+    assert at(scheduler, clock, 59.9) == 2
+    assert at(scheduler, clock, 60) == 3
+    assert scheduler.events[-1].reason.startswith("forced")
 
 
-def test_max_enabled_forces_a_small_increase_once_exceeded() -> None:
-    scheduler, clock = running(min_parallelism_increase=3, scaling_interval_max=100.0)
-    assert at(scheduler, clock, 50, slots=3) == 2  # +1 < 3 and 40 s < max: not rescaled
-    assert "below min-parallelism-increase 3" in scheduler.events[-1].reason
-    assert at(scheduler, clock, 109.9) == 2
-    assert at(scheduler, clock, 110) == 3  # 100 s since the last rescale: forced
+def test_notify_new_resources_available_with_cant_scale_up_without_force_and_can_scale_up_with_force_immediate() -> (
+    None
+):
+    """Seed 002, scaling-interval.max enabled and exceeded: forced at once."""
+    scheduler, clock = running(min_parallelism_increase=2, scaling_interval_min=20.0, scaling_interval_max=30.0)
+    assert at(scheduler, clock, 80, slots=3) == 3  # 70 s since the last rescale > 30 s
     assert scheduler.events[-1].reason.startswith("forced")
 
 
 def test_max_disabled_never_forces() -> None:
+    """Seed 002, scaling-interval.max disabled: a small increase waits for more slots."""
     scheduler, clock = running(min_parallelism_increase=3)
     assert at(scheduler, clock, 50, slots=3) == 2
+    assert "never forced" in scheduler.events[-1].reason
     assert at(scheduler, clock, 10_000) == 2
+    assert at(scheduler, clock, 10_001, slots=5) == 5  # +3 meets the minimum
 
 
-def test_increase_that_meets_the_minimum_is_not_forced() -> None:
-    scheduler, clock = running(min_parallelism_increase=2, scaling_interval_max=100.0)
-    assert at(scheduler, clock, 50, slots=4) == 4
-    assert scheduler.events[-1].reason == "new resources after cooldown"
+def test_slots_arriving_during_a_cooldown_do_not_move_the_check() -> None:
+    """Flink's "only one schedule at a time": bursts cost one rescale, at the end of the cooldown."""
+    scheduler, clock = running()
+    for time, slots in ((20, 3), (30, 4), (39, 5)):
+        assert at(scheduler, clock, time, slots) == 2
+        assert scheduler.events[-1].due == 40
+    assert at(scheduler, clock, 40) == 5
+    assert rescales(scheduler) == [(40, 2, 5)]
+
+
+def test_slots_arriving_more_often_than_the_cooldown_do_not_starve_the_job() -> None:
+    """Without scaling-interval.max, a slot every 20 s (< 30 s) still rescales at every cooldown's end."""
+    scheduler, clock = running()
+    for step in range(1, 8):
+        at(scheduler, clock, 10 + 20 * step, slots=2 + step)
+    assert [time for time, _, _ in rescales(scheduler)] == [40, 70, 100, 130]
+    assert scheduler.parallelism == 7  # the 8th slot came at 130, just after that instant's check
+    assert at(scheduler, clock, 160) == 9
+
+
+def test_bounds_are_strict() -> None:
+    """ "More than" scaling-interval.min/max, as in Flink: exactly min after the last rescale
+    is still in the cooldown, exactly max still waits for the scheduled force."""
+    scheduler, clock = running()
+    assert at(scheduler, clock, 40, slots=3) == 2  # the check at 40 ran first; since = 30 is not > 30
+    assert scheduler.events[-1].due == 70
+    assert at(scheduler, clock, 70) == 3
+    scheduler, clock = running()
+    at(scheduler, clock, 40)
+    assert at(scheduler, clock, 40.001, slots=3) == 3  # just beyond: at once
+    scheduler, clock = running(min_parallelism_increase=2, scaling_interval_min=20.0, scaling_interval_max=30.0)
+    assert at(scheduler, clock, 40, slots=3) == 2  # since = 30 is not > 30: forced 30 s later
+    assert scheduler.events[-1].due == 70
+    scheduler, clock = running(min_parallelism_increase=2, scaling_interval_min=20.0, scaling_interval_max=30.0)
+    assert at(scheduler, clock, 40.001, slots=3) == 3
+
+
+def test_timer_due_at_the_instant_of_new_slots_acts_first() -> None:
+    """Flink's order: advancing the clock runs due tasks before the next notification."""
+    scheduler, clock = running()
+    at(scheduler, clock, 20, slots=4)  # check due at 40
+    assert at(scheduler, clock, 40, slots=5) == 4  # the check rescales to 4 first; the 5th slot is new to it
+    assert scheduler.events[-1].due == 70  # and waits for the new Executing's cooldown
+    assert at(scheduler, clock, 70) == 5
+    scheduler, clock = running()
+    at(scheduler, clock, 20, slots=4)
+    assert at(scheduler, clock, 55, slots=5) == 4  # no tick at 40: the overdue check still acts before 55's slots
+    assert rescales(scheduler)[-1][2] == 4
+
+
+def test_always_scale_down() -> None:
+    """EnforceMinimalIncreaseRescalingControllerTest.testAlwaysScaleDown: a decrease is always
+    a reason to change (in keyflow lost slots restart the job first, as Flink's failing tasks do)."""
+    scheduler, clock = running(slots=4, min_parallelism_increase=3)
+    at(scheduler, clock, 20, slots=2)
+    assert scheduler.state is State.WAITING_FOR_RESOURCES
+    assert [e.state for e in scheduler.events[-2:]] == [State.RESTARTING, State.WAITING_FOR_RESOURCES]
+    assert at(scheduler, clock, 30) == 2
 
 
 def test_resources_lost_during_a_cooldown_restart_and_wait_for_stability() -> None:
     scheduler, clock = running(slots=4)
-    assert at(scheduler, clock, 20, slots=6) == 4  # scheduled at 50
+    assert at(scheduler, clock, 20, slots=6) == 4  # check due at 40
     at(scheduler, clock, 25, slots=2)  # a worker lost
     assert scheduler.state is State.WAITING_FOR_RESOURCES
-    states = [e.state for e in scheduler.events[-2:]]
-    assert states == [State.RESTARTING, State.WAITING_FOR_RESOURCES]
-    assert at(scheduler, clock, 34.9) == 4  # not executing yet: stabilization runs to 35
-    assert scheduler.state is State.WAITING_FOR_RESOURCES
+    assert at(scheduler, clock, 34.9) == 4  # not executing yet: stabilization deadline 35
     assert at(scheduler, clock, 35) == 2
     assert scheduler.state is State.EXECUTING
-    assert at(scheduler, clock, 50) == 2  # the old scheduled rescale is gone
-
-
-def test_slot_changes_while_waiting_restart_the_stabilization() -> None:
-    scheduler, clock = running(slots=4)
-    at(scheduler, clock, 20, slots=1)
-    at(scheduler, clock, 25, slots=3)  # still changing
-    assert at(scheduler, clock, 34) == 4
-    assert scheduler.state is State.WAITING_FOR_RESOURCES
-    assert at(scheduler, clock, 35) == 3
+    assert at(scheduler, clock, 40) == 2  # the old Executing's check is gone
 
 
 def test_a_failure_resets_the_cooldown() -> None:
@@ -135,31 +208,110 @@ def test_a_failure_resets_the_cooldown() -> None:
     assert scheduler.state is State.WAITING_FOR_RESOURCES
     assert at(scheduler, clock, 70) == 4  # back to Executing at 70: a new cooldown from 70
     assert at(scheduler, clock, 85, slots=6) == 4  # without the failure 85 - 50 > 30 would rescale now
-    assert at(scheduler, clock, 115) == 6
+    assert at(scheduler, clock, 100) == 6
 
 
-def test_desired_parallelism_is_bounded() -> None:
+# -- WaitingForResources: WaitingForResourcesTest --------------------------------------------
+
+
+def test_transition_to_creating_execution_graph() -> None:
+    """Desired resources (the upper bound) run the job at once, whatever the stabilization."""
     clock = FakeClock()
-    scheduler = AdaptiveScheduler(SchedulerConfig(max_parallelism=8, upper_bound=3), clock)
+    config = SchedulerConfig(max_parallelism=8, upper_bound=3, resource_stabilization_timeout=600)
+    scheduler = AdaptiveScheduler(config, clock)
     scheduler.start()
     scheduler.on_resources(10)
-    assert (scheduler.state, scheduler.parallelism) == (State.EXECUTING, 3)  # all desired: no waiting
-    assert scheduler.desired(100) == 3
-    assert AdaptiveScheduler(SchedulerConfig(max_parallelism=2), clock).desired(100) == 2
+    assert (scheduler.state, scheduler.parallelism) == (State.EXECUTING, 3)
+    assert scheduler.events[-1].reason == "all desired resources available"
 
 
-def test_no_resources_within_the_wait_timeout_fails_the_job() -> None:
-    clock = FakeClock()
-    scheduler = AdaptiveScheduler(SchedulerConfig(max_parallelism=8, resource_wait_timeout=300), clock)
-    scheduler.start()
-    assert at(scheduler, clock, 299.9) == 0
+def test_not_enough_resources() -> None:
+    scheduler, clock = scheduler_with()
+    assert at(scheduler, clock, 200, slots=0) == 0
     assert scheduler.state is State.WAITING_FOR_RESOURCES
+
+
+def test_notify_new_resources_available() -> None:
+    clock = FakeClock()
+    scheduler = AdaptiveScheduler(SchedulerConfig(max_parallelism=8, upper_bound=2), clock)
+    scheduler.start()
+    assert at(scheduler, clock, 1, slots=1) == 0  # sufficient, not desired: the deadline is 11
+    assert at(scheduler, clock, 2, slots=2) == 2  # desired: at once
+
+
+def test_scheduling_with_sufficient_resources_and_no_stabilization_timeout() -> None:
+    scheduler, clock = scheduler_with(resource_stabilization_timeout=0.0)
+    assert at(scheduler, clock, 5, slots=1) == 1
+
+
+def test_no_scheduling_if_stabilization_timeout_is_configured() -> None:
+    scheduler, clock = scheduler_with(resource_stabilization_timeout=50.0)
+    assert at(scheduler, clock, 0, slots=1) == 0
+    assert at(scheduler, clock, 49.9) == 0
+    assert scheduler.state is State.WAITING_FOR_RESOURCES
+
+
+def test_scheduling_with_sufficient_resources_after_stabilization_timeout() -> None:
+    scheduler, clock = scheduler_with(resource_wait_timeout=-1.0, resource_stabilization_timeout=50.0)
+    at(scheduler, clock, 0, slots=1)
+    assert at(scheduler, clock, 50.001) == 1
+
+
+def test_stabilization_timeout_reset() -> None:
+    """Sufficient at 40 ms, insufficient at 80 (the deadline is cleared), sufficient at 120:
+    the job runs at 170, not at 90 and not at 121."""
+    scheduler, clock = scheduler_with(resource_wait_timeout=-1.0, resource_stabilization_timeout=0.050)
+    at(scheduler, clock, 0.040, slots=1)
+    at(scheduler, clock, 0.080, slots=0)
+    at(scheduler, clock, 0.120, slots=1)
+    assert at(scheduler, clock, 0.121) == 0
+    assert at(scheduler, clock, 0.1699) == 0
+    assert at(scheduler, clock, 0.170) == 1
+
+
+def test_changes_while_sufficient_do_not_extend_the_deadline() -> None:
+    """Issue 11: the deadline is set once when resources become sufficient; a trickle of
+    changes does not delay the job (it runs at what is there at the deadline)."""
+    scheduler, clock = running(slots=4)
+    at(scheduler, clock, 20, slots=1)  # lost slots: waiting, sufficient now, deadline 30
+    for time, slots in ((23, 2), (26, 3), (29, 2)):
+        assert at(scheduler, clock, time, slots) == 4
+    assert at(scheduler, clock, 30) == 2
+    assert scheduler.events[-1].reason == "sufficient resources for 10 s (resource-stabilization-timeout)"
+
+
+def test_no_state_transition_on_no_resource_timeout() -> None:
+    """A negative resource-wait-timeout waits forever (Flink's -1)."""
+    scheduler, clock = scheduler_with(resource_wait_timeout=-1.0)
+    assert at(scheduler, clock, 1e9) == 0
+    assert scheduler.state is State.WAITING_FOR_RESOURCES
+
+
+def test_state_transition_on_resource_timeout() -> None:
+    """At resource-wait-timeout the job runs at what is there; with no slot it fails (Flink
+    goes on to create the execution graph, which fails for lack of slots)."""
+    scheduler, clock = scheduler_with(resource_wait_timeout=300.0)
+    assert at(scheduler, clock, 299.9) == 0
     at(scheduler, clock, 300)
     assert scheduler.state is State.FAILING
     at(scheduler, clock, 301)
     assert scheduler.state is State.FINISHED
     with pytest.raises(ValueError, match="has finished"):
         scheduler.cancel()
+    scheduler, clock = scheduler_with(resource_wait_timeout=60.0, resource_stabilization_timeout=600.0)
+    at(scheduler, clock, 5, slots=1)
+    assert at(scheduler, clock, 60) == 1
+    assert scheduler.events[-1].reason == "resource-wait-timeout of 60 s passed: running with the slots there"
+
+
+# -- the rest of the contract ----------------------------------------------------------------
+
+
+def test_desired_parallelism_is_bounded() -> None:
+    clock = FakeClock()
+    scheduler = AdaptiveScheduler(SchedulerConfig(max_parallelism=8, upper_bound=3), clock)
+    assert scheduler.desired(100) == 3
+    assert AdaptiveScheduler(SchedulerConfig(max_parallelism=2), clock).desired(100) == 2
 
 
 def test_every_decision_is_an_event() -> None:
@@ -183,15 +335,12 @@ def test_config_defaults_aliases_and_errors() -> None:
     assert (config.resource_stabilization_timeout, config.resource_wait_timeout) == (10, 300)
     newer = SchedulerConfig.from_options(
         {
-            "jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling": "1 min",
-            "jobmanager.adaptive-scheduler.submission.resource-wait-timeout": "2 min",
+            "jobmanager.adaptive-scheduler.submission.resource-wait-timeout": "-1 s",
             "jobmanager.adaptive-scheduler.submission.resource-stabilization-timeout": "500 ms",
-            "jobmanager.adaptive-scheduler.executing.resource-stabilization-timeout": "5 min",  # = scaling-interval.max
         },
         max_parallelism=64,
     )
-    assert (newer.scaling_interval_min, newer.resource_wait_timeout) == (60, 120)
-    assert (newer.resource_stabilization_timeout, newer.scaling_interval_max) == (0.5, 300)
+    assert (newer.resource_wait_timeout, newer.resource_stabilization_timeout) == (-1, 0.5)
     key = "jobmanager.adaptive-scheduler.scaling-interval"
     with pytest.raises(ConfigError, match=r"scaling-interval.min='-5 s' must not be negative"):
         SchedulerConfig.from_options({f"{key}.min": "-5 s"}, max_parallelism=8)
@@ -205,25 +354,46 @@ def test_config_defaults_aliases_and_errors() -> None:
         SchedulerConfig.from_options({"jobmanager.adaptive-scheduler.min-parallelism-increase": "0"}, 8)
 
 
+@pytest.mark.parametrize(
+    ("name", "meaning", "fix"),
+    [
+        ("executing.cooldown-after-rescaling", "another state machine", "use jobmanager.adaptive-scheduler.scaling"),
+        ("executing.resource-stabilization-timeout", "default 60 s", "scaling-interval.max: use those"),
+        ("rescale-trigger.max-delay", "FLIP-461", "remove it"),
+        ("rescale-trigger.max-checkpoint-failures", "FLIP-461", "remove it"),
+        ("max-delay-for-scale-trigger", "FLIP-461", "remove it"),
+    ],
+)
+def test_flink_2_names_with_another_meaning_are_refused(name: str, meaning: str, fix: str) -> None:
+    """Flink 2 drives these from another state machine: accepting them here would give them a
+    meaning Flink does not; the error says what they mean there and what to use here."""
+    from keyflow.config import Config
+
+    key = f"jobmanager.adaptive-scheduler.{name}"
+    for refuse in (lambda: Config({key: "1 s"}), lambda: SchedulerConfig.from_options({key: "1 s"}, 8)):
+        with pytest.raises(ConfigError, match=rf"{key} is not supported: in Flink 2 .*{meaning}.*{fix}"):
+            refuse()
+
+
 def test_pipeline_configuration_feeds_the_scheduler() -> None:
     from keyflow.config import Config
 
     config = Config(
         {
-            "jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling": "45 s",
+            "jobmanager.adaptive-scheduler.submission.resource-wait-timeout": "-1 min",
             "jobmanager.adaptive-scheduler.min-parallelism-increase": "2",
         }
     )
-    assert config["jobmanager.adaptive-scheduler.scaling-interval.min"] == "45 s"  # stored under the main name
+    assert config["jobmanager.adaptive-scheduler.resource-wait-timeout"] == "-1 min"  # stored under the main name
     scheduler_config = SchedulerConfig.from_options(dict(config), max_parallelism=16)
-    assert (scheduler_config.scaling_interval_min, scheduler_config.min_parallelism_increase) == (45, 2)
-    with pytest.raises(ConfigError, match=r"resource-wait-timeout='-1 min' must not be negative"):
-        Config({"jobmanager.adaptive-scheduler.submission.resource-wait-timeout": "-1 min"})
+    assert (scheduler_config.resource_wait_timeout, scheduler_config.min_parallelism_increase) == (-60, 2)
+    with pytest.raises(ConfigError, match=r"resource-stabilization-timeout='-1 min' must not be negative"):
+        Config({"jobmanager.adaptive-scheduler.submission.resource-stabilization-timeout": "-1 min"})
     both = {
-        "jobmanager.adaptive-scheduler.scaling-interval.min": "10 s",
-        "jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling": "20 s",
+        "jobmanager.adaptive-scheduler.resource-wait-timeout": "10 s",
+        "jobmanager.adaptive-scheduler.submission.resource-wait-timeout": "20 s",
     }
-    with pytest.raises(ConfigError, match=r"scaling-interval.min and .*cooldown-after-rescaling are one option"):
+    with pytest.raises(ConfigError, match=r"resource-wait-timeout and .*submission.resource-wait-timeout are one"):
         Config(both)
 
 
@@ -240,41 +410,6 @@ def test_the_scheduler_choice_is_validated() -> None:
 
     with pytest.raises(ConfigError, match=r"jobmanager.scheduler='auto' is invalid; choose one of default, adaptive"):
         Config({"jobmanager.scheduler": "auto"})
-
-
-def test_timers_that_expired_act_before_a_new_input() -> None:
-    scheduler, clock = running(2)  # Executing since 10: cooldown until 40
-    assert at(scheduler, clock, 20, slots=4) == 2  # due at 50
-    # No tick at 50: slots arriving at 50.2 must not push the overdue rescale back.
-    assert at(scheduler, clock, 50.2, slots=5) == 4
-    assert scheduler.events[-2].reason == "scheduled rescale after cooldown"
-    assert scheduler.events[-1].due == pytest.approx(80.2)  # the 5th slot: in the new cooldown
-
-
-def test_fewer_slots_during_a_scheduled_rescale_are_not_new_resources() -> None:
-    scheduler, clock = running(2)
-    at(scheduler, clock, 20, slots=5)  # due at 50
-    assert at(scheduler, clock, 30, slots=4) == 2  # a decrease that stays above 2: due stays 50
-    assert scheduler.events[-1].due == 50
-    assert at(scheduler, clock, 50) == 4
-    scheduler, clock = running(2)
-    at(scheduler, clock, 20, slots=4)
-    at(scheduler, clock, 30, slots=2)  # back to the parallelism before the due time
-    assert at(scheduler, clock, 50) == 2
-    assert scheduler.events[-1].reason == "the scheduled rescale is no longer needed: the slots went back"
-
-
-def test_slots_that_never_settle_run_the_job_after_the_wait_timeout() -> None:
-    clock = FakeClock()
-    config = SchedulerConfig(max_parallelism=128, resource_stabilization_timeout=10, resource_wait_timeout=60)
-    scheduler = AdaptiveScheduler(config, clock)
-    scheduler.start()
-    for second in range(0, 60, 5):  # a new slot count every 5 s: never stable for 10 s
-        at(scheduler, clock, second, slots=1 + second % 2)
-    assert scheduler.state is State.WAITING_FOR_RESOURCES
-    assert at(scheduler, clock, 60) == 2
-    assert scheduler.state is State.EXECUTING
-    assert scheduler.events[-1].reason == "resources still changing after 60 s"
 
 
 def test_bounds_that_are_not_positive_name_their_option() -> None:

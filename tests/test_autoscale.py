@@ -73,7 +73,7 @@ def test_parallelism_default_is_the_upper_bound_and_a_restart_follows_the_slots(
     result = adaptive_pipeline(tmp_path).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
     assert {batch.parallelism for batch in result.batches} == {2}
     history = [(e["from"], e["to"], e["reason"]) for e in Checkpoint(str(tmp_path / "ckpt")).events()]
-    assert history == [(1, 2, "adaptive scheduler: resources stable for 0 s")]
+    assert history == [(1, 2, "adaptive scheduler: sufficient resources for 0 s (resource-stabilization-timeout)")]
     got = read_output(tmp_path / "out").sort_values("seq").reset_index(drop=True)
     expected = expected_totals(pd.concat([first, second])).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)

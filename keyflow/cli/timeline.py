@@ -17,7 +17,14 @@ from keyflow.scheduler.timeline import timeline as read_timeline
 
 WINDOW_STYLE = {
     "cooldown": {"color": "tab:orange", "alpha": 0.18, "label": "cooldown (scaling-interval.min)"},
-    "scheduled": {"color": "tab:purple", "alpha": 0.18, "hatch": "//", "label": "cooldown restarted: rescale due"},
+    # Hatched, not filled: it overlaps the cooldown whose end it waits for.
+    "scheduled": {
+        "fill": False,
+        "edgecolor": "tab:purple",
+        "alpha": 0.5,
+        "hatch": "//",
+        "label": "new slots: rescale check due",
+    },
     "waiting": {"color": "tab:red", "alpha": 0.15, "label": "waiting for resources"},
 }
 

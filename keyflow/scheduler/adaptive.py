@@ -1,24 +1,28 @@
-"""The adaptive scheduler with a rescale cooldown (Flink's FLIP-160 states, FLIP-322 cooldown).
+"""The adaptive scheduler with a rescale cooldown: Flink 1.19/1.20's AdaptiveScheduler
+(FLIP-160 states, FLIP-322 cooldown), rule for rule, on an injectable clock.
 
-A streaming job follows the slots (Spark executor cores) it has. New slots while
-Executing trigger a rescale at once if the last rescale is more than
-``scaling-interval.min`` ago and none is scheduled; otherwise the rescale is scheduled at
-now + ``scaling-interval.min`` — new slots during a cooldown restart it, so bursts of
-arriving slots cause one rescale, not many. When the rescale is due it happens if the increase is
-at least ``min-parallelism-increase``; a smaller increase is forced once
-``scaling-interval.max`` (if set) has passed since the last rescale.
+Executing (Flink's ``Executing``): entering it (at start or after a rescale) starts the
+cooldown and schedules one rescale check ``scaling-interval.min`` later. New slots more
+than ``scaling-interval.min`` after the last rescale are checked at once; earlier ones are
+left to the check already scheduled ("only one schedule at a time": later arrivals do not
+move it), so slots arriving during a cooldown cost one rescale and never starve the job. A
+check rescales if the change is a decrease or an increase of at least
+``min-parallelism-increase``; otherwise, with ``scaling-interval.max`` set, the increase is
+forced at once if the last rescale is more than ``scaling-interval.max`` ago, else
+``scaling-interval.max`` after the check if the slots are still there. Both bounds are
+strict ("more than"), as in Flink.
 
-Starvation: slots that keep arriving more often than ``scaling-interval.min`` keep
-pushing the scheduled rescale back. With ``scaling-interval.max`` set, a due time is never
-later than the last rescale + ``scaling-interval.max``, which bounds the wait; without it
-the job stays at its parallelism until slots stop arriving for ``scaling-interval.min``.
+WaitingForResources (Flink's ``WaitingForResources``): all desired slots (the upper bound)
+run the job at once. Sufficient slots (at least one) set a stabilization deadline
+``resource-stabilization-timeout`` ahead, once: later changes do not move it, and it is
+cleared only if the slots become insufficient. At the deadline the job runs at what is
+there. ``resource-wait-timeout`` after entering the state the job runs at what is there,
+or fails with no slot; a negative timeout waits forever. Lost slots and failures go
+Executing → Restarting → WaitingForResources: the cooldown belongs to Executing.
 
-Lost slots: Executing → Restarting → WaitingForResources, which runs at the new
-parallelism once the slots have been stable for ``resource-stabilization-timeout``. The
-cooldown belongs to the Executing state: a failure or a loss of slots ends it.
-
-Everything is driven by calls (``on_resources``, ``on_failure``, ``tick``) and an
-injectable clock, so every decision is testable without waiting.
+Timers run as Flink's ``runIfState``: earliest due first, and those due at or before the
+instant of a new input act before it (Flink's tests advance the clock, which runs the due
+tasks, before they deliver the next notification).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from keyflow.config import ALIASES, ConfigError, parse_duration
+from keyflow.config import ALIASES, FLINK_2_ONLY, ConfigError, parse_duration
 
 Clock = Callable[[], float]
 
@@ -54,7 +58,7 @@ class SchedulerConfig:
     scaling_interval_max: float | None = None
     min_parallelism_increase: int = 1
     resource_stabilization_timeout: float = 10.0
-    resource_wait_timeout: float = 300.0
+    resource_wait_timeout: float = 300.0  # negative: wait forever
     upper_bound: int | None = None
 
     def __post_init__(self) -> None:
@@ -67,9 +71,10 @@ class SchedulerConfig:
             )
         if self.min_parallelism_increase < 1:
             raise ConfigError(f"{PREFIX}min-parallelism-increase={self.min_parallelism_increase} must be at least 1")
-        for name in ("resource_stabilization_timeout", "resource_wait_timeout"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{PREFIX}{name.replace('_', '-')}={getattr(self, name)} s must not be negative")
+        if self.resource_stabilization_timeout < 0:
+            raise ConfigError(
+                f"{PREFIX}resource-stabilization-timeout={self.resource_stabilization_timeout} s must not be negative"
+            )
         if self.max_parallelism < 1:
             raise ConfigError(f"max parallelism {self.max_parallelism} must be positive (pipeline.max-parallelism)")
         if self.upper_bound is not None and self.upper_bound < 1:
@@ -82,12 +87,17 @@ class SchedulerConfig:
         """From ``jobmanager.adaptive-scheduler.*`` keys (Flink's older and newer names)."""
         values: dict[str, Any] = {}
         for key, value in options.items():
+            if key in FLINK_2_ONLY:
+                raise ConfigError(f"{key} is not supported: {FLINK_2_ONLY[key]}")
             canonical = ALIASES.get(key, key)
             if canonical.startswith(PREFIX) and value is not None:
                 values[canonical.removeprefix(PREFIX)] = (key, value)
 
-        def duration(name: str, default: float) -> float:
-            return parse_duration(*values[name]) if name in values else default
+        def duration(name: str, default: float, negative: bool = False) -> float:
+            if name not in values:
+                return default
+            key, value = values[name]
+            return parse_duration(key, value, negative)
 
         key, increase = values.get("min-parallelism-increase", ("", 1))
         try:
@@ -102,7 +112,7 @@ class SchedulerConfig:
             else None,
             min_parallelism_increase=minimum_increase,
             resource_stabilization_timeout=duration("resource-stabilization-timeout", 10.0),
-            resource_wait_timeout=duration("resource-wait-timeout", 300.0),
+            resource_wait_timeout=duration("resource-wait-timeout", 300.0, negative=True),
             upper_bound=upper_bound,
         )
 
@@ -130,10 +140,11 @@ class AdaptiveScheduler:
     parallelism: int = 0
     available: int = 0
     events: list[Decision] = field(default_factory=list)
-    _since: float = 0.0  # when the current state (or, while waiting, the last slot change) began
-    _entered_waiting: float = 0.0
-    _last_rescale: float = 0.0  # start of the cooldown: entering Executing or the last rescale
-    _due: float | None = None  # when a scheduled rescale is due
+    _entered: float = 0.0  # when the current state began
+    _last_rescale: float = 0.0  # Executing: when it began (Flink's lastRescale); the cooldown counts from it
+    _check_due: float | None = None  # Executing: the scheduled rescale check (Flink's rescaleScheduled)
+    _force_due: list[float] = field(default_factory=list)  # Executing: forced rescales awaiting their time
+    _deadline: float | None = None  # WaitingForResources: the resource stabilization deadline
 
     def desired(self, available: int | None = None) -> int:
         """min(available slots, configured upper bound, max parallelism)."""
@@ -148,130 +159,190 @@ class AdaptiveScheduler:
     # -- inputs ----------------------------------------------------------------------------
     def start(self) -> None:
         self._require(State.CREATED, "start")
-        self._enter_waiting("job submitted")
+        self._enter_waiting(self.clock(), "job submitted")
 
     def on_resources(self, available_slots: int) -> None:
-        """The slots available now (Spark: executor cores); call on every change or periodically."""
+        """The slots available now (Spark: executor cores); call on every change or periodically.
+
+        Timers due at or before now act first, as in Flink's tests, where advancing the clock
+        runs the due tasks before the next notification is delivered."""
         if available_slots < 0:
             raise ValueError(f"available_slots={available_slots} must not be negative")
-        self.tick()  # timers that expired before this change act first
-        previous, self.available = self.available, available_slots
         now = self.clock()
+        self._run_timers(now)
+        previous, self.available = self.available, available_slots
         if self.state is State.WAITING_FOR_RESOURCES:
-            if available_slots != previous:
-                self._since = now  # stabilization restarts with every change
-            self.tick()
+            self._check_resources(now)
         elif self.state is State.EXECUTING:
-            target = self.desired()
-            if target < self.parallelism:
-                self._restart(f"resources lost: {available_slots} slots for parallelism {self.parallelism}")
-            elif target > self.parallelism and available_slots > previous:
-                self._new_resources(now)
+            if self.desired() < self.parallelism:  # Flink: the lost slots' tasks fail
+                self._restart(now, f"resources lost: {available_slots} slots for parallelism {self.parallelism}")
+            elif available_slots > previous:
+                self._rescale_when_cooldown_is_over(now)
+        self._run_timers(now)
 
     def on_failure(self, error: object) -> None:
         """A failure of the running job: the cooldown ends; wait for resources again."""
-        self.tick()
+        now = self.clock()
+        self._run_timers(now)
         if self.state is State.EXECUTING:
-            self._restart(f"failure: {error}")
+            self._restart(now, f"failure: {error}")
 
     def tick(self) -> None:
         """Advance timers to the clock's now."""
         now = self.clock()
-        if self.state is State.WAITING_FOR_RESOURCES:
-            self._wait(now)
-        elif self.state is State.EXECUTING and self._due is not None and now >= self._due:
-            self._due = None
-            self._rescale(now, "scheduled rescale after cooldown")
-        elif self.state is State.FAILING:
-            self._move(State.FINISHED, self.parallelism, "job failed")
+        if self.state is State.FAILING:
+            self._move(now, State.FINISHED, self.parallelism, "job failed")
+            return
+        self._run_timers(now)
 
     def finish(self) -> None:
-        self._move(State.FINISHED, self.parallelism, "job finished")
+        self._move(self.clock(), State.FINISHED, self.parallelism, "job finished")
 
     def cancel(self) -> None:
-        self._move(State.CANCELING, self.parallelism, "cancel requested")
-        self._move(State.FINISHED, self.parallelism, "job canceled")
+        now = self.clock()
+        self._move(now, State.CANCELING, self.parallelism, "cancel requested")
+        self._move(now, State.FINISHED, self.parallelism, "job canceled")
 
     def fail(self, error: object) -> None:
         """A failure the job does not recover from (it stops): Failing, then Finished."""
-        self._move(State.FAILING, self.parallelism, f"failure: {error}")
-        self._move(State.FINISHED, self.parallelism, "job failed")
+        now = self.clock()
+        self._move(now, State.FAILING, self.parallelism, f"failure: {error}")
+        self._move(now, State.FINISHED, self.parallelism, "job failed")
 
-    # -- transitions -----------------------------------------------------------------------
-    def _wait(self, now: float) -> None:
-        target, waited = self.desired(), now - self._entered_waiting
+    # -- timers: Flink's runIfState; the earliest due first -----------------------------------
+    def _run_timers(self, now: float) -> None:
+        while (timer := self._next_timer()) is not None and timer[0] <= now:
+            due, action = timer
+            action(due)  # at its due time, as Flink's timer would have run
+
+    def _next_timer(self) -> tuple[float, Callable[[float], None]] | None:
+        timers: list[tuple[float, Callable[[float], None]]] = []
+        if self.state is State.WAITING_FOR_RESOURCES:
+            if self._deadline is not None:
+                timers.append((self._deadline, self._check_resources))
+            timeout = self.config.resource_wait_timeout
+            if timeout >= 0:  # negative: wait for resources forever (as in Flink)
+                timers.append((self._entered + timeout, self._resource_timeout))
+        elif self.state is State.EXECUTING:
+            if self._check_due is not None:
+                timers.append((self._check_due, self._maybe_rescale))
+            if self._force_due:
+                timers.append((self._force_due[0], self._forced_timer))
+        return min(timers, key=lambda timer: timer[0], default=None)
+
+    # -- WaitingForResources (Flink's WaitingForResources) -----------------------------------
+    def _enter_waiting(self, now: float, reason: str) -> None:
+        self._move(now, State.WAITING_FOR_RESOURCES, self.parallelism, reason)
+        self._entered, self._deadline = now, None
+        self._check_resources(now)
+
+    def _check_resources(self, now: float) -> None:
+        """Desired resources run the job at once; sufficient ones once they have been so since
+        a deadline set when they first became sufficient (not moved by later changes)."""
+        target = self.desired()
         if target >= 1 and target == self.ceiling:
             self._execute(now, target, "all desired resources available")
-        elif target >= 1 and now - self._since >= self.config.resource_stabilization_timeout:
-            self._execute(now, target, f"resources stable for {self.config.resource_stabilization_timeout:g} s")
-        elif target >= 1 and waited >= self.config.resource_wait_timeout:
-            # Slots that never settle must not keep the job waiting forever (as in Flink).
-            self._execute(now, target, f"resources still changing after {self.config.resource_wait_timeout:g} s")
-        elif target == 0 and waited >= self.config.resource_wait_timeout:
-            self._move(State.FAILING, 0, f"no resources within {self.config.resource_wait_timeout:g} s")
-
-    def _execute(self, now: float, parallelism: int, reason: str) -> None:
-        self._move(State.EXECUTING, parallelism, reason)
-        self._last_rescale, self._due = now, None
-
-    def _new_resources(self, now: float) -> None:
-        since = now - self._last_rescale
-        if self._due is None and since >= self.config.scaling_interval_min:
-            self._rescale(now, "new resources after cooldown")
-            return
-        # In a cooldown (or while a rescale waits for one), new slots restart it.
-        due = now + self.config.scaling_interval_min
-        if self.config.scaling_interval_max is not None:
-            due = min(due, self._last_rescale + self.config.scaling_interval_max)
-        self._due = due
-        self._record("new resources during cooldown: rescale scheduled", due)
-
-    def _rescale(self, now: float, reason: str) -> None:
-        target = self.desired()
-        if target == self.parallelism:
-            self._record("the scheduled rescale is no longer needed: the slots went back")
-            return
-        increase = target - self.parallelism
-        since = now - self._last_rescale
-        maximum = self.config.scaling_interval_max
-        if increase >= self.config.min_parallelism_increase:
-            self._change(now, target, reason)
-        elif maximum is not None and since >= maximum:
-            self._change(now, target, f"forced: {since:g} s since the last rescale exceeds scaling-interval.max")
+        elif target >= 1:
+            if self._deadline is None:
+                self._deadline = now + self.config.resource_stabilization_timeout
+            if now >= self._deadline:
+                timeout = self.config.resource_stabilization_timeout
+                self._execute(now, target, f"sufficient resources for {timeout:g} s (resource-stabilization-timeout)")
         else:
-            if maximum is not None:
-                self._due = self._last_rescale + maximum  # look again when a forced rescale is allowed
+            self._deadline = None  # insufficient: the deadline starts again when they are sufficient
+
+    def _resource_timeout(self, now: float) -> None:
+        timeout, target = self.config.resource_wait_timeout, self.desired()
+        if target >= 1:
+            self._execute(now, target, f"resource-wait-timeout of {timeout:g} s passed: running with the slots there")
+        else:
+            self._move(now, State.FAILING, 0, f"no resources within {timeout:g} s")
+
+    # -- Executing (Flink 1.19/1.20's Executing) ---------------------------------------------
+    def _execute(self, now: float, parallelism: int, reason: str) -> None:
+        self._move(now, State.EXECUTING, parallelism, reason)
+        self._enter_executing(now)
+
+    def _enter_executing(self, now: float) -> None:
+        """A new Executing state (after waiting, or after a rescale): the cooldown starts now,
+        and a rescale check is scheduled at its end (new slots may come in the meantime)."""
+        self._last_rescale, self._check_due, self._force_due = now, None, []
+        self._rescale_when_cooldown_is_over(now)
+
+    def _rescale_when_cooldown_is_over(self, now: float) -> None:
+        """More than ``scaling-interval.min`` since the last rescale: check now. Otherwise one
+        check is scheduled ``scaling-interval.min`` later, if none is yet; later arrivals do not
+        move it."""
+        if now - self._last_rescale > self.config.scaling_interval_min:
+            self._maybe_rescale(now)
+            return
+        if self._check_due is None:
+            self._check_due = now + self.config.scaling_interval_min
+        if self.desired() != self.parallelism:
+            self._record(now, "new resources during cooldown: rescale check when it ends", self._check_due)
+
+    def _maybe_rescale(self, now: float) -> None:
+        self._check_due = None
+        target, maximum = self.desired(), self.config.scaling_interval_max
+        if self._should_rescale(target, forced=False):
+            self._change(now, target, "new resources after cooldown")
+        elif maximum is not None:
+            if now - self._last_rescale > maximum:
+                self._force_rescale(now)
+            else:
+                self._force_due.append(now + maximum)
+                if target != self.parallelism:
+                    self._record(
+                        now,
+                        f"increase {target - self.parallelism} is below min-parallelism-increase "
+                        f"{self.config.min_parallelism_increase}: forced if still there after scaling-interval.max",
+                        now + maximum,
+                    )
+        elif target != self.parallelism:
             self._record(
-                f"increase {increase} is below min-parallelism-increase {self.config.min_parallelism_increase}",
-                self._due,
+                now,
+                f"increase {target - self.parallelism} is below min-parallelism-increase "
+                f"{self.config.min_parallelism_increase} (no scaling-interval.max: never forced)",
             )
 
+    def _forced_timer(self, now: float) -> None:
+        self._force_due.pop(0)
+        self._force_rescale(now)
+
+    def _force_rescale(self, now: float) -> None:
+        target = self.desired()
+        if self._should_rescale(target, forced=True):
+            since = now - self._last_rescale
+            self._change(now, target, f"forced: {since:g} s since the last rescale, beyond scaling-interval.max")
+
+    def _should_rescale(self, target: int, forced: bool) -> bool:
+        """Flink's rescaling controllers: forced, any change; otherwise a decrease or an
+        increase of at least ``min-parallelism-increase``."""
+        change = target - self.parallelism
+        if forced:
+            return change != 0
+        return change < 0 or change >= self.config.min_parallelism_increase
+
     def _change(self, now: float, parallelism: int, reason: str) -> None:
-        before = self.parallelism
-        self.parallelism, self._last_rescale, self._due = parallelism, now, None
+        before, self.parallelism = self.parallelism, parallelism
         self.events.append(Decision(now, self.state, self.available, before, parallelism, reason))
+        self._enter_executing(now)  # Flink restarts into a new Executing state
 
-    def _restart(self, reason: str) -> None:
-        self._move(State.RESTARTING, self.parallelism, reason)
-        self._enter_waiting("restarted")
+    def _restart(self, now: float, reason: str) -> None:
+        self._move(now, State.RESTARTING, self.parallelism, reason)
+        self._enter_waiting(now, "restarted")
 
-    def _enter_waiting(self, reason: str) -> None:
-        now = self.clock()
-        self._move(State.WAITING_FOR_RESOURCES, self.parallelism, reason)
-        self._since = self._entered_waiting = now
-        self._due = None
-        self.tick()
-
-    def _move(self, state: State, parallelism: int, reason: str) -> None:
+    # -- records -----------------------------------------------------------------------------
+    def _move(self, now: float, state: State, parallelism: int, reason: str) -> None:
         if self.state is State.FINISHED:
             raise ValueError(f"the job has finished; it cannot go to {state}")
         before, self.state, self.parallelism = self.parallelism, state, parallelism
-        self.events.append(Decision(self.clock(), state, self.available, before, parallelism, reason))
+        self.events.append(Decision(now, state, self.available, before, parallelism, reason))
 
-    def _record(self, reason: str, due: float | None = None) -> None:
+    def _record(self, now: float, reason: str, due: float | None = None) -> None:
         """A decision that keeps the state and parallelism."""
         p = self.parallelism
-        self.events.append(Decision(self.clock(), self.state, self.available, p, p, reason, due))
+        self.events.append(Decision(now, self.state, self.available, p, p, reason, due))
 
     def _require(self, state: State, action: str) -> None:
         if self.state is not state:

@@ -8,7 +8,8 @@ One JSON object per line, three kinds:
   scheduled rescale).
 
 A timeline turns these into step series (slots, parallelism) and shaded windows: the cooldown
-after each rescale, a scheduled rescale waiting for its due time, and waits for resources.
+after each rescale, a rescale waiting for its due time (the cooldown's check, or a forced
+rescale), and waits for resources.
 """
 
 from __future__ import annotations
@@ -93,25 +94,25 @@ def timeline(records: Iterable[Mapping[str, Any]], now: float | None = None) -> 
 
 def _windows(decisions: list[dict[str, Any]], cooldown: float, end: float) -> list[Window]:
     """Waiting for resources: until the state changes. Cooldown: from entering Executing or a
-    rescale, for ``scaling-interval.min``. Scheduled (new slots restarted the cooldown, or a
-    forced rescale is awaited): from the decision to its due time, unless something else
-    happens first."""
+    rescale, for ``scaling-interval.min``. Scheduled (new slots wait for the cooldown's check,
+    or a small increase for its forced rescale): from the first decision that names a due
+    time to that time, unless something else happens first."""
     waiting, executing = str(State.WAITING_FOR_RESOURCES), str(State.EXECUTING)
-    windows = []
+    windows: list[Window] = []
     for index, decision in enumerate(decisions):
         time, state, later = float(decision["time"]), decision["state"], decisions[index + 1 :]
         entered = index == 0 or decisions[index - 1]["state"] != state
         if state == waiting and entered:
             windows.append(Window("waiting", time, _until(later, lambda d: d["state"] != waiting, end)))
         elif state == executing and (entered or decision["from"] != decision["to"]):
-            # It ends early when the state changes or new slots restart it (a scheduled rescale).
-            stop = _until(later, lambda d: d["state"] != executing or d.get("due") is not None, end)
+            stop = _until(later, lambda d: d["state"] != executing or d["from"] != d["to"], end)
             windows.append(Window("cooldown", time, min(time + cooldown, stop)))
         elif state == executing and decision.get("due") is not None:
-            stop = _until(
-                later, lambda d: d["state"] != executing or d["from"] != d["to"] or d.get("due") is not None, end
-            )
-            windows.append(Window("scheduled", time, min(float(decision["due"]), stop)))
+            due = float(decision["due"])
+            if any(w.kind == "scheduled" and w.end == due and w.start <= time for w in windows):
+                continue  # the same rescale, awaited since an earlier decision
+            stop = _until(later, lambda d: d["state"] != executing or d["from"] != d["to"], end)
+            windows.append(Window("scheduled", time, min(due, stop)))
     return windows
 
 
