@@ -58,7 +58,8 @@ def _print(runs: list[Run]) -> None:
     origin = runs[0].start if runs else 0.0
     for number, run in enumerate(runs, 1):
         started = datetime.fromtimestamp(run.start, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        table = Table("t (s)", "state", "slots", "parallelism", "reason", title=f"run {number}, started {started}")
+        table = Table("t (s)", "state", "slots", "parallelism", title=f"run {number}, started {started}")
+        table.add_column("reason", overflow="fold")  # long option names wrap instead of being cut
         for decision in run.decisions:
             change = f"{decision['from']} → {decision['to']}" if decision["from"] != decision["to"] else decision["to"]
             reason = decision["reason"]
