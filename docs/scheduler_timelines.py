@@ -33,13 +33,13 @@ def simulate(config: SchedulerConfig, slots_at: dict[float, int], end: float) ->
 
 SCENARIOS = {
     "scaling-interval-min": (
-        "scaling-interval.min = 30 s: slots arriving in a cooldown wait for its end: rescales at 40 s and 70 s",
+        "scaling-interval.min = 30 s: new slots wait for the cooldown's check (40 s, 80 s); restarts stabilize 10 s",
         SchedulerConfig(max_parallelism=128, scaling_interval_min=30),
         {0: 2, 15: 3, 25: 4, 45: 5, 65: 6},
         100,
     ),
     "scaling-interval-max": (
-        "scaling-interval.max = 60 s (min-parallelism-increase = 3): +1 at 40 s is forced at 90 s",
+        "scaling-interval.max = 60 s (min-parallelism-increase = 3): +1 at 40 s is forced at 90 s, runs at 100 s",
         SchedulerConfig(
             max_parallelism=128, scaling_interval_min=20, scaling_interval_max=60, min_parallelism_increase=3
         ),
@@ -47,7 +47,7 @@ SCENARIOS = {
         120,
     ),
     "min-parallelism-increase": (
-        "min-parallelism-increase = 3 (max = 90 s): +1 waits, +3 rescales at once, the next +1 is forced at 170 s",
+        "min-parallelism-increase = 3 (max = 90 s): +1 waits, +3 restarts at once (60 s), the next +1 forced (180 s)",
         SchedulerConfig(
             max_parallelism=128, scaling_interval_min=20, scaling_interval_max=90, min_parallelism_increase=3
         ),

@@ -159,9 +159,9 @@ OPTIONS: dict[str, Option] = {
             "jobmanager.adaptive-scheduler.scaling-interval.max",
             _duration_text,
             None,
-            "Adaptive scheduler: an increase below min-parallelism-increase is forced once it is still there this "
-            "long after the check that found it (at once if the last rescale is longer ago). Unset: never forced. "
-            "Must be greater than scaling-interval.min.",
+            "Adaptive scheduler: every rescale check that rescales nothing schedules a forced-rescale check this "
+            "long after it; an increase below min-parallelism-increase is forced by the first that finds it (at "
+            "once if the last rescale is longer ago). Unset: never forced. Must be greater than scaling-interval.min.",
         ),
         Option(
             "jobmanager.adaptive-scheduler.min-parallelism-increase",
@@ -253,7 +253,7 @@ class Config(Mapping[str, Any]):
                 canonical = ALIASES.get(key, key)
                 self._values[canonical] = None if value is None else OPTIONS[canonical].parse(key, value)
             else:
-                raise ConfigError(_unknown_key_message(key))
+                raise ConfigError(unknown_key_message(key))
 
     def merged(self, values: Mapping[str, Any] | None) -> Config:
         """A copy with ``values`` applied on top."""
@@ -333,7 +333,7 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _unknown_key_message(key: str) -> str:
+def unknown_key_message(key: str) -> str:
     close = difflib.get_close_matches(key, list(OPTIONS), n=1)
     hint = f"did you mean {close[0]}? " if close else ""
     return f"unknown configuration key {key!r}; {hint}known keys: {', '.join(OPTIONS)}, and spark.* keys"

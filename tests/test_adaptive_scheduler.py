@@ -9,12 +9,10 @@ over time is worked out by hand from Flink's rules (see the module docstring).
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from keyflow.config import ConfigError
-from keyflow.scheduler.adaptive import AdaptiveScheduler, SchedulerConfig, State
+from keyflow.scheduler.adaptive import AdaptiveScheduler, SchedulerConfig, State, should_rescale
 
 
 class FakeClock:
@@ -33,13 +31,14 @@ def scheduler_with(**options: object) -> tuple[AdaptiveScheduler, FakeClock]:
 
 
 def running(slots: int = 2, **options: object) -> tuple[AdaptiveScheduler, FakeClock]:
-    """A scheduler Executing at ``slots`` since t=10 (after the 10 s stabilization); its
-    cooldown check is due at 10 + scaling-interval.min."""
-    scheduler, clock = scheduler_with(**options)
-    scheduler.on_resources(slots)
-    assert scheduler.state is State.WAITING_FOR_RESOURCES
-    at(scheduler, clock, 10)
-    assert (scheduler.state, scheduler.parallelism) == (State.EXECUTING, slots)
+    """A scheduler Executing at ``slots`` since t=10; its cooldown check is due at 10 +
+    scaling-interval.min. Unless the test sets one, the stabilization timeout is 0, so a
+    rescale (Restarting → WaitingForResources → Executing, as in Flink 1.19/1.20) completes
+    at the instant it is decided."""
+    scheduler, clock = scheduler_with(**{"resource_stabilization_timeout": 0.0, **options})
+    at(scheduler, clock, 10 - scheduler.config.resource_stabilization_timeout, slots=slots)
+    assert at(scheduler, clock, 10) == slots
+    assert scheduler.state is State.EXECUTING
     return scheduler, clock
 
 
@@ -53,10 +52,9 @@ def at(scheduler: AdaptiveScheduler, clock: FakeClock, time: float, slots: int |
 
 
 def rescales(scheduler: AdaptiveScheduler) -> list[tuple[float, int, int]]:
-    """Parallelism changes while Executing (not the transitions into it)."""
-    events = scheduler.events
-    return [(e.time, e.parallelism_from, e.parallelism_to) for before, e in itertools.pairwise(events)
-            if before.state is e.state is State.EXECUTING and e.parallelism_from != e.parallelism_to]  # fmt: skip
+    """Parallelism changes after the job first ran (each entering Executing at another parallelism)."""
+    return [(e.time, e.parallelism_from, e.parallelism_to) for e in scheduler.events
+            if e.state is State.EXECUTING and e.parallelism_from not in (0, e.parallelism_to)]  # fmt: skip
 
 
 # -- Executing: ExecutingTest and seed 002's plan ---------------------------------------------
@@ -69,7 +67,39 @@ def test_notify_new_resources_available_before_cooldown_is_over_scheduled_state_
     assert scheduler.events[-1].due == 40  # the check scheduled on entering Executing at 10
     assert at(scheduler, clock, 39.9) == 2
     assert at(scheduler, clock, 40) == 4
-    assert scheduler.events[-1].reason == "new resources after cooldown"
+    assert [e.state for e in scheduler.events[-3:]] == [State.RESTARTING, State.WAITING_FOR_RESOURCES, State.EXECUTING]
+    assert scheduler.events[-3].reason == "rescale: 4 slots for parallelism 2"
+
+
+def test_rescale_waits_for_resources_like_a_restart() -> None:
+    """Flink 1.19/1.20 rescale by restarting: Restarting → WaitingForResources, whose
+    stabilization applies (desired resources run at once); the cooldown counts from the new
+    Executing. (Flink 2 skips WaitingForResources here, FLINK-36013; keyflow follows 1.19/1.20.)"""
+    scheduler, clock = running(resource_stabilization_timeout=10.0)
+    assert at(scheduler, clock, 50, slots=4) == 2  # checked at once: Restarting, then waiting until 60
+    assert scheduler.state is State.WAITING_FOR_RESOURCES
+    assert at(scheduler, clock, 55, slots=5) == 2  # the deadline (60) does not move
+    assert at(scheduler, clock, 60) == 5  # one restart takes both
+    assert at(scheduler, clock, 85, slots=6) == 5  # the cooldown runs from 60: checked at 90
+    assert at(scheduler, clock, 90) == 5
+    assert at(scheduler, clock, 100) == 6
+    assert rescales(scheduler) == [(60, 2, 5), (100, 5, 6)]
+    clock = FakeClock()
+    bounded = AdaptiveScheduler(SchedulerConfig(max_parallelism=8, upper_bound=4), clock)
+    bounded.start()
+    assert at(bounded, clock, 0, slots=2) == 0
+    assert at(bounded, clock, 10) == 2
+    assert at(bounded, clock, 50, slots=4) == 4  # the upper bound: desired, no stabilization wait
+
+
+def test_executing_checks_for_new_resources_when_being_created() -> None:
+    """Slots that come at the very instant the job starts executing are checked by the
+    check Executing schedules on entry (with scaling-interval.min = 0: at once)."""
+    scheduler, clock = scheduler_with(scaling_interval_min=0.0, resource_stabilization_timeout=10.0)
+    assert at(scheduler, clock, 0, slots=2) == 0  # sufficient: deadline 10
+    assert at(scheduler, clock, 10, slots=4) == 2  # the deadline runs the job at 2 first (timers act first)
+    assert [e.state for e in scheduler.events[-3:]] == [State.EXECUTING, State.RESTARTING, State.WAITING_FOR_RESOURCES]
+    assert at(scheduler, clock, 20) == 4
 
 
 def test_notify_new_resources_available_after_cooldown_is_over_state_change() -> None:
@@ -87,8 +117,8 @@ def test_notify_new_resources_available_with_can_scale_up_without_force_transiti
 def test_notify_new_resources_available_with_cant_scale_up_without_force_and_cant_scale_up_with_force() -> None:
     """Seed 002, scaling-interval.max enabled but the slots are gone when it is due: no rescale."""
     scheduler, clock = running(min_parallelism_increase=2, scaling_interval_min=0.0, scaling_interval_max=10.0)
-    assert at(scheduler, clock, 11, slots=3) == 2  # +1 < 2, 1 s is not > 10 s: a forced rescale due at 21
-    assert scheduler.events[-1].due == 21
+    assert at(scheduler, clock, 11, slots=3) == 2  # +1 < 2, 1 s is not > 10 s: forced at 21, or at 20 by the
+    assert scheduler.events[-1].due == 20  # force the entry check (at 10) scheduled: the earliest is logged
     assert at(scheduler, clock, 15, slots=2) == 2  # the slot leaves again (not below the parallelism)
     assert at(scheduler, clock, 30) == 2  # neither force (20: the entry check's, 21: this one's) finds a change
     assert scheduler.state is State.EXECUTING
@@ -105,10 +135,10 @@ def test_notify_new_resources_available_with_cant_scale_up_without_force_and_can
     the new slot at 35 one at 65, and the first that finds the slot still there forces."""
     scheduler, clock = running(min_parallelism_increase=2, scaling_interval_min=20.0, scaling_interval_max=30.0)
     assert at(scheduler, clock, 35, slots=3) == 2  # 25 s since the last rescale: > 20, not > 30
-    assert scheduler.events[-1].due == 65  # 30 s after this check, not 30 s after the last rescale
+    assert scheduler.events[-1].due == 60  # the cooldown check's force comes before this check's (65)
     assert at(scheduler, clock, 59.9) == 2
     assert at(scheduler, clock, 60) == 3
-    assert scheduler.events[-1].reason.startswith("forced")
+    assert scheduler.events[-3].reason.startswith("forced rescale")
 
 
 def test_notify_new_resources_available_with_cant_scale_up_without_force_and_can_scale_up_with_force_immediate() -> (
@@ -117,7 +147,7 @@ def test_notify_new_resources_available_with_cant_scale_up_without_force_and_can
     """Seed 002, scaling-interval.max enabled and exceeded: forced at once."""
     scheduler, clock = running(min_parallelism_increase=2, scaling_interval_min=20.0, scaling_interval_max=30.0)
     assert at(scheduler, clock, 80, slots=3) == 3  # 70 s since the last rescale > 30 s
-    assert scheduler.events[-1].reason.startswith("forced")
+    assert scheduler.events[-3].reason.startswith("forced rescale")
 
 
 def test_max_disabled_never_forces() -> None:
@@ -160,8 +190,8 @@ def test_bounds_are_strict() -> None:
     at(scheduler, clock, 40)
     assert at(scheduler, clock, 40.001, slots=3) == 3  # just beyond: at once
     scheduler, clock = running(min_parallelism_increase=2, scaling_interval_min=20.0, scaling_interval_max=30.0)
-    assert at(scheduler, clock, 40, slots=3) == 2  # since = 30 is not > 30: forced 30 s later
-    assert scheduler.events[-1].due == 70
+    assert at(scheduler, clock, 40, slots=3) == 2  # since = 30 is not > 30: not forced at once
+    assert scheduler.events[-1].due == 60  # but by the force the cooldown check at 30 scheduled
     scheduler, clock = running(min_parallelism_increase=2, scaling_interval_min=20.0, scaling_interval_max=30.0)
     assert at(scheduler, clock, 40.001, slots=3) == 3
 
@@ -179,10 +209,28 @@ def test_timer_due_at_the_instant_of_new_slots_acts_first() -> None:
     assert rescales(scheduler)[-1][2] == 4
 
 
+def test_scale_up() -> None:
+    """EnforceMinimalIncreaseRescalingControllerTest.testScaleUp (minimum increase 2)."""
+    assert should_rescale(1, 4, min_increase=2, forced=False)
+
+
+def test_no_scale_up() -> None:
+    """EnforceMinimalIncreaseRescalingControllerTest.testNoScaleUp."""
+    assert not should_rescale(2, 3, min_increase=2, forced=False)
+
+
 def test_always_scale_down() -> None:
-    """EnforceMinimalIncreaseRescalingControllerTest.testAlwaysScaleDown: a decrease is always
-    a reason to change (in keyflow lost slots restart the job first, as Flink's failing tasks do)."""
-    scheduler, clock = running(slots=4, min_parallelism_increase=3)
+    """EnforceMinimalIncreaseRescalingControllerTest.testAlwaysScaleDown; and the forced
+    controller (EnforceParallelismChangeRescalingController): any change, never none."""
+    assert should_rescale(3, 1, min_increase=2, forced=False)
+    assert should_rescale(2, 3, min_increase=2, forced=True)
+    assert not should_rescale(2, 2, min_increase=1, forced=True)
+
+
+def test_lost_slots_restart_the_job() -> None:
+    """In Executing a decrease never reaches the controllers: lost slots restart the job, as
+    Flink's failing tasks do, and WaitingForResources decides the new parallelism."""
+    scheduler, clock = running(slots=4, min_parallelism_increase=3, resource_stabilization_timeout=10.0)
     at(scheduler, clock, 20, slots=2)
     assert scheduler.state is State.WAITING_FOR_RESOURCES
     assert [e.state for e in scheduler.events[-2:]] == [State.RESTARTING, State.WAITING_FOR_RESOURCES]
@@ -190,7 +238,7 @@ def test_always_scale_down() -> None:
 
 
 def test_resources_lost_during_a_cooldown_restart_and_wait_for_stability() -> None:
-    scheduler, clock = running(slots=4)
+    scheduler, clock = running(slots=4, resource_stabilization_timeout=10.0)
     assert at(scheduler, clock, 20, slots=6) == 4  # check due at 40
     at(scheduler, clock, 25, slots=2)  # a worker lost
     assert scheduler.state is State.WAITING_FOR_RESOURCES
@@ -201,14 +249,16 @@ def test_resources_lost_during_a_cooldown_restart_and_wait_for_stability() -> No
 
 
 def test_a_failure_resets_the_cooldown() -> None:
-    scheduler, clock = running()
-    assert at(scheduler, clock, 50, slots=4) == 4  # rescaled at 50
+    scheduler, clock = running(resource_stabilization_timeout=10.0)
+    assert at(scheduler, clock, 50, slots=4) == 2  # checked at once: restarting, stabilization until 60
+    assert at(scheduler, clock, 60) == 4
     clock.now = 60
     scheduler.on_failure("task lost")
     assert scheduler.state is State.WAITING_FOR_RESOURCES
     assert at(scheduler, clock, 70) == 4  # back to Executing at 70: a new cooldown from 70
     assert at(scheduler, clock, 85, slots=6) == 4  # without the failure 85 - 50 > 30 would rescale now
-    assert at(scheduler, clock, 100) == 6
+    assert at(scheduler, clock, 100) == 4  # the check at 100 restarts; stabilization until 110
+    assert at(scheduler, clock, 110) == 6
 
 
 # -- WaitingForResources: WaitingForResourcesTest --------------------------------------------
@@ -272,7 +322,7 @@ def test_stabilization_timeout_reset() -> None:
 def test_changes_while_sufficient_do_not_extend_the_deadline() -> None:
     """Issue 11: the deadline is set once when resources become sufficient; a trickle of
     changes does not delay the job (it runs at what is there at the deadline)."""
-    scheduler, clock = running(slots=4)
+    scheduler, clock = running(slots=4, resource_stabilization_timeout=10.0)
     at(scheduler, clock, 20, slots=1)  # lost slots: waiting, sufficient now, deadline 30
     for time, slots in ((23, 2), (26, 3), (29, 2)):
         assert at(scheduler, clock, time, slots) == 4
@@ -293,9 +343,8 @@ def test_state_transition_on_resource_timeout() -> None:
     scheduler, clock = scheduler_with(resource_wait_timeout=300.0)
     assert at(scheduler, clock, 299.9) == 0
     at(scheduler, clock, 300)
-    assert scheduler.state is State.FAILING
-    at(scheduler, clock, 301)
     assert scheduler.state is State.FINISHED
+    assert scheduler.events[-1].reason == "job failed: no slot when resource-wait-timeout (300 s) ran out"
     with pytest.raises(ValueError, match="has finished"):
         scheduler.cancel()
     scheduler, clock = scheduler_with(resource_wait_timeout=60.0, resource_stabilization_timeout=600.0)
@@ -321,11 +370,13 @@ def test_every_decision_is_an_event() -> None:
     assert [e.state for e in scheduler.events] == [
         State.WAITING_FOR_RESOURCES,
         State.EXECUTING,
+        State.RESTARTING,
+        State.WAITING_FOR_RESOURCES,
         State.EXECUTING,
         State.CANCELING,
         State.FINISHED,
     ]
-    rescale = scheduler.events[2]
+    rescale = scheduler.events[4]
     assert (rescale.time, rescale.available_slots, rescale.parallelism_from, rescale.parallelism_to) == (50, 4, 2, 4)
 
 
@@ -352,6 +403,8 @@ def test_config_defaults_aliases_and_errors() -> None:
         SchedulerConfig.from_options({"jobmanager.adaptive-scheduler.min-parallelism-increase": "two"}, 8)
     with pytest.raises(ConfigError, match=r"min-parallelism-increase=0 must be at least 1"):
         SchedulerConfig.from_options({"jobmanager.adaptive-scheduler.min-parallelism-increase": "0"}, 8)
+    with pytest.raises(ConfigError, match=r"unknown configuration key .*scaling-interval.mn'; did you mean .*min\?"):
+        SchedulerConfig.from_options({f"{key}.mn": "5 s"}, max_parallelism=8)
 
 
 @pytest.mark.parametrize(
@@ -362,6 +415,7 @@ def test_config_defaults_aliases_and_errors() -> None:
         ("rescale-trigger.max-delay", "FLIP-461", "remove it"),
         ("rescale-trigger.max-checkpoint-failures", "FLIP-461", "remove it"),
         ("max-delay-for-scale-trigger", "FLIP-461", "remove it"),
+        ("scale-on-failed-checkpoints-count", "FLIP-461", "remove it"),
     ],
 )
 def test_flink_2_names_with_another_meaning_are_refused(name: str, meaning: str, fix: str) -> None:

@@ -80,8 +80,9 @@ def test_the_scheduler_timelines_of_the_docs_are_drawn(tmp_path: Path) -> None:
         records = drawing["simulate"](config, slots_at, end)
         return [(r["time"], r["from"], r["to"]) for r in records if r["kind"] == "decision" and r["from"] != r["to"]]
 
-    assert changes("scaling-interval-min") == [(10, 0, 2), (40, 2, 4), (70, 4, 6)]
-    assert changes("scaling-interval-max") == [(10, 0, 2), (90, 2, 3)]  # the force of the check at 30
-    assert changes("min-parallelism-increase")[1:] == [(60, 2, 5), (170, 5, 6)]
+    # A rescale restarts the job: it runs at the new parallelism 10 s (stabilization) after the decision.
+    assert changes("scaling-interval-min") == [(10, 0, 2), (50, 2, 5), (90, 5, 6)]  # checks at 40 and 80
+    assert changes("scaling-interval-max") == [(10, 0, 2), (100, 2, 3)]  # forced at 90 by the check at 30
+    assert changes("min-parallelism-increase")[1:] == [(70, 2, 5), (190, 5, 6)]
     assert changes("resource-stabilization-timeout") == [(10, 0, 4), (40, 4, 2)]
     assert changes("resource-wait-timeout") == [(5, 0, 2), (50, 2, 0)]

@@ -35,7 +35,7 @@ def test_windows_and_series_of_a_run() -> None:
     slots(0, 2)  # waits 10 s for stable slots
     tick(10)  # Executing at 2; cooldown until 40, when its check is due
     slots(20, 4)  # during the cooldown: waits for that check
-    tick(50)  # the check ran at 40: 2 → 4; cooldown until 70
+    tick(50)  # the check at 40 restarted the job: waiting 10 s, then 2 → 4 at 50; cooldown until 80
     slots(60, 3)  # lost a slot: Restarting → waiting 10 s
     tick(70)  # Executing at 3; cooldown until 100, but the job ends at 90
     clock.now = 90
@@ -46,12 +46,13 @@ def test_windows_and_series_of_a_run() -> None:
     (run,) = timeline(records)
     assert (run.start, run.end) == (0, 90)
     assert run.slots == [(0, 2), (20, 4), (60, 3)]
-    assert run.parallelism == [(0, 0), (10, 2), (40, 4), (70, 3)]
+    assert run.parallelism == [(0, 0), (10, 2), (50, 4), (70, 3)]
     assert run.windows == [
         Window("waiting", 0, 10),
         Window("cooldown", 10, 40),
         Window("scheduled", 20, 40),  # the new slots wait for the cooldown's check
-        Window("cooldown", 40, 60),  # ended by the lost slot (Restarting)
+        Window("waiting", 40, 50),  # the rescale restarts the job (Flink 1.19/1.20)
+        Window("cooldown", 50, 60),  # ended by the lost slot (Restarting)
         Window("waiting", 60, 70),
         Window("cooldown", 70, 90),
     ]

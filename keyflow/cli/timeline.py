@@ -23,7 +23,7 @@ WINDOW_STYLE = {
         "edgecolor": "tab:purple",
         "alpha": 0.5,
         "hatch": "//",
-        "label": "new slots: rescale check due",
+        "label": "rescale due (cooldown check or forced)",
     },
     "waiting": {"color": "tab:red", "alpha": 0.15, "label": "waiting for resources"},
 }

@@ -82,7 +82,7 @@ class Autoscaler:
             decided = self.decision()
             if decided is not None:
                 return decided
-            if state in (State.FAILING, State.FINISHED):
+            if state is State.FINISHED:
                 raise self.failure()
             time.sleep(POLL_SECONDS / 5)
 
@@ -101,7 +101,7 @@ class Autoscaler:
                         on_failure(PlanError(f"the adaptive scheduler cannot read Spark's executors: {error}"))
                         return
                     continue
-                if state in (State.FAILING, State.FINISHED):
+                if state is State.FINISHED:
                     on_failure(self.failure())
                     return
 
@@ -126,19 +126,25 @@ class Autoscaler:
             return self.scheduler.state
 
     def decision(self) -> tuple[int, str] | None:
-        """While Executing: the parallelism to run at and why (the latest change's reason)."""
+        """While Executing: the parallelism to run at and why (the latest change's reason, after
+        the reason of the restart that led to it, if one did)."""
         with self._lock:
             if self.scheduler.state is not State.EXECUTING:
                 return None
             events = self.scheduler.events
-            latest = next((e for e in reversed(events) if e.parallelism_to != e.parallelism_from), events[-1])
-            return self.scheduler.parallelism, f"adaptive scheduler: {latest.reason}"
+            changes = [i for i, e in enumerate(events) if e.parallelism_to != e.parallelism_from]
+            index = changes[-1] if changes else len(events) - 1
+            reasons = [events[index].reason]
+            before = [e for e in events[:index] if e.state is not State.WAITING_FOR_RESOURCES]
+            if before and before[-1].state is State.RESTARTING:
+                reasons.insert(0, before[-1].reason)
+            return self.scheduler.parallelism, f"adaptive scheduler: {'; '.join(reasons)}"
 
     def failure(self) -> Exception:
         timeout = self.scheduler.config.resource_wait_timeout
         return PlanError(
-            f"the adaptive scheduler found no executor cores for {timeout:g} s "
-            "(jobmanager.adaptive-scheduler.resource-wait-timeout); the job stopped with its last checkpoint "
+            f"the adaptive scheduler had no executor cores when the resource-wait-timeout ({timeout:g} s, "
+            "jobmanager.adaptive-scheduler.resource-wait-timeout) ran out; the job stopped with its last checkpoint "
             "intact. Check that the cluster has workers and restart, or raise the timeout"
         )
 
@@ -148,9 +154,7 @@ class Autoscaler:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         with self._lock:
-            if self.scheduler.state is State.FAILING:  # it failed itself (no resources)
-                self.scheduler.tick()
-            elif self.scheduler.state is not State.FINISHED:
+            if self.scheduler.state is not State.FINISHED:  # else it failed itself (no resources)
                 if outcome == "failed":
                     self.scheduler.fail(error)
                 elif outcome == "canceled":

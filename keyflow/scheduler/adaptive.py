@@ -8,21 +8,26 @@ left to the check already scheduled ("only one schedule at a time": later arriva
 move it), so slots arriving during a cooldown cost one rescale and never starve the job. A
 check rescales if the change is a decrease or an increase of at least
 ``min-parallelism-increase``; otherwise, with ``scaling-interval.max`` set, the increase is
-forced at once if the last rescale is more than ``scaling-interval.max`` ago, else
-``scaling-interval.max`` after the check if the slots are still there. Both bounds are
-strict ("more than"), as in Flink.
+forced at once if the last rescale is more than ``scaling-interval.max`` ago, else by a
+forced-rescale check ``scaling-interval.max`` after it (every check that rescales nothing
+schedules one; the first that finds the slots still there forces). Both bounds are strict
+("more than"), as in Flink. A rescale restarts the job, as in Flink 1.19/1.20: Restarting →
+WaitingForResources (whose rules decide the new parallelism) → a new Executing, whose
+cooldown counts from then. (Flink 2 skips WaitingForResources there, FLINK-36013.)
 
 WaitingForResources (Flink's ``WaitingForResources``): all desired slots (the upper bound)
 run the job at once. Sufficient slots (at least one) set a stabilization deadline
-``resource-stabilization-timeout`` ahead, once: later changes do not move it, and it is
-cleared only if the slots become insufficient. At the deadline the job runs at what is
+``resource-stabilization-timeout`` ahead, once: later changes do not move it. Only new slots
+are events here (Flink notifies states of new slots only); a check, on new slots or at the
+deadline, that finds no slot clears the deadline. At the deadline the job runs at what is
 there. ``resource-wait-timeout`` after entering the state the job runs at what is there,
 or fails with no slot; a negative timeout waits forever. Lost slots and failures go
 Executing → Restarting → WaitingForResources: the cooldown belongs to Executing.
 
-Timers run as Flink's ``runIfState``: earliest due first, and those due at or before the
-instant of a new input act before it (Flink's tests advance the clock, which runs the due
-tasks, before they deliver the next notification).
+Timers run as Flink's ``runIfState``: earliest due first, at their due time. Those due at or
+before the instant of a new input act before it: keyflow's choice for the same instant
+(Flink's main thread takes whichever comes first), consistent with
+``WaitingForResourcesTest``, whose clock runs the due tasks before the next notification.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from keyflow.config import ALIASES, FLINK_2_ONLY, ConfigError, parse_duration
+from keyflow.config import ALIASES, FLINK_2_ONLY, OPTIONS, ConfigError, parse_duration, unknown_key_message
 
 Clock = Callable[[], float]
 
@@ -90,6 +95,8 @@ class SchedulerConfig:
             if key in FLINK_2_ONLY:
                 raise ConfigError(f"{key} is not supported: {FLINK_2_ONLY[key]}")
             canonical = ALIASES.get(key, key)
+            if canonical.startswith(PREFIX) and canonical not in OPTIONS:
+                raise ConfigError(unknown_key_message(key))
             if canonical.startswith(PREFIX) and value is not None:
                 values[canonical.removeprefix(PREFIX)] = (key, value)
 
@@ -115,6 +122,17 @@ class SchedulerConfig:
             resource_wait_timeout=duration("resource-wait-timeout", 300.0, negative=True),
             upper_bound=upper_bound,
         )
+
+
+def should_rescale(current: int, target: int, min_increase: int, forced: bool) -> bool:
+    """Flink's rescaling controllers: ``EnforceParallelismChangeRescalingController`` (forced:
+    any change) and ``EnforceMinimalIncreaseRescalingController`` (a decrease, or an increase
+    of at least ``min-parallelism-increase``). In Executing a decrease never gets here: lost
+    slots restart the job first, as Flink's failing tasks do."""
+    change = target - current
+    if forced:
+        return change != 0
+    return change < 0 or change >= min_increase
 
 
 @dataclass(frozen=True)
@@ -172,10 +190,11 @@ class AdaptiveScheduler:
         self._run_timers(now)
         previous, self.available = self.available, available_slots
         if self.state is State.WAITING_FOR_RESOURCES:
-            self._check_resources(now)
+            if available_slots > previous:  # Flink notifies states of new slots only
+                self._check_resources(now)
         elif self.state is State.EXECUTING:
             if self.desired() < self.parallelism:  # Flink: the lost slots' tasks fail
-                self._restart(now, f"resources lost: {available_slots} slots for parallelism {self.parallelism}")
+                self._restart(now, f"resources lost: {self._slots()} for parallelism {self.parallelism}")
             elif available_slots > previous:
                 self._rescale_when_cooldown_is_over(now)
         self._run_timers(now)
@@ -189,11 +208,7 @@ class AdaptiveScheduler:
 
     def tick(self) -> None:
         """Advance timers to the clock's now."""
-        now = self.clock()
-        if self.state is State.FAILING:
-            self._move(now, State.FINISHED, self.parallelism, "job failed")
-            return
-        self._run_timers(now)
+        self._run_timers(self.clock())
 
     def finish(self) -> None:
         self._move(self.clock(), State.FINISHED, self.parallelism, "job finished")
@@ -255,8 +270,10 @@ class AdaptiveScheduler:
         timeout, target = self.config.resource_wait_timeout, self.desired()
         if target >= 1:
             self._execute(now, target, f"resource-wait-timeout of {timeout:g} s passed: running with the slots there")
-        else:
-            self._move(now, State.FAILING, 0, f"no resources within {timeout:g} s")
+        else:  # Flink: creating the execution graph fails for lack of slots, the job is FAILED
+            self._move(
+                now, State.FINISHED, 0, f"job failed: no slot when resource-wait-timeout ({timeout:g} s) ran out"
+            )
 
     # -- Executing (Flink 1.19/1.20's Executing) ---------------------------------------------
     def _execute(self, now: float, parallelism: int, reason: str) -> None:
@@ -284,8 +301,8 @@ class AdaptiveScheduler:
     def _maybe_rescale(self, now: float) -> None:
         self._check_due = None
         target, maximum = self.desired(), self.config.scaling_interval_max
-        if self._should_rescale(target, forced=False):
-            self._change(now, target, "new resources after cooldown")
+        if should_rescale(self.parallelism, target, self.config.min_parallelism_increase, forced=False):
+            self._restart(now, f"rescale: {self._slots()} for parallelism {self.parallelism}")
         elif maximum is not None:
             if now - self._last_rescale > maximum:
                 self._force_rescale(now)
@@ -295,8 +312,8 @@ class AdaptiveScheduler:
                     self._record(
                         now,
                         f"increase {target - self.parallelism} is below min-parallelism-increase "
-                        f"{self.config.min_parallelism_increase}: forced if still there after scaling-interval.max",
-                        now + maximum,
+                        f"{self.config.min_parallelism_increase}: forced at the next forced-rescale check",
+                        self._force_due[0],  # an earlier check's force may come first
                     )
         elif target != self.parallelism:
             self._record(
@@ -311,22 +328,14 @@ class AdaptiveScheduler:
 
     def _force_rescale(self, now: float) -> None:
         target = self.desired()
-        if self._should_rescale(target, forced=True):
+        if should_rescale(self.parallelism, target, self.config.min_parallelism_increase, forced=True):
             since = now - self._last_rescale
-            self._change(now, target, f"forced: {since:g} s since the last rescale, beyond scaling-interval.max")
+            self._restart(
+                now, f"forced rescale: {self._slots()}, {since:g} s since the last rescale (scaling-interval.max)"
+            )
 
-    def _should_rescale(self, target: int, forced: bool) -> bool:
-        """Flink's rescaling controllers: forced, any change; otherwise a decrease or an
-        increase of at least ``min-parallelism-increase``."""
-        change = target - self.parallelism
-        if forced:
-            return change != 0
-        return change < 0 or change >= self.config.min_parallelism_increase
-
-    def _change(self, now: float, parallelism: int, reason: str) -> None:
-        before, self.parallelism = self.parallelism, parallelism
-        self.events.append(Decision(now, self.state, self.available, before, parallelism, reason))
-        self._enter_executing(now)  # Flink restarts into a new Executing state
+    def _slots(self) -> str:
+        return f"{self.available} slot{'s' if self.available != 1 else ''}"
 
     def _restart(self, now: float, reason: str) -> None:
         self._move(now, State.RESTARTING, self.parallelism, reason)
