@@ -4,9 +4,10 @@ This script starts a small Spark standalone cluster on this machine (a master an
 1-core worker, from the PySpark distribution), runs running per-user totals on it with
 ``jobmanager.scheduler=adaptive``, then:
 
-1. adds a second worker during the cooldown → the parallelism goes 1 → 2 when the
-   cooldown (``scaling-interval.min`` = 20 s after the job started) is over: the new slot
-   waits for the check scheduled at its end (Flink's rule), it does not restart it;
+1. adds a second worker during the cooldown → when the cooldown (``scaling-interval.min`` =
+   20 s after the job started) is over, its check restarts the job (Flink's rule: the new
+   slot waits for that check, it does not move it), which runs at 2 after
+   ``resource-stabilization-timeout`` (5 s);
 2. stops the first worker (a lost node) → Restarting → WaitingForResources → 2 → 1 after
    ``resource-stabilization-timeout`` (5 s) of stable slots;
 3. stops, checks the totals against the generated clicks (no state lost), and draws the
