@@ -25,7 +25,7 @@ class Source(Protocol):
         ...
 
     def read(self, spark: SparkSession, parallelism: int) -> DataFrame:
-        """The rows, ideally in ``parallelism`` partitions (the runtime makes it exact)."""
+        """The rows in exactly ``parallelism`` partitions: partition i is subtask i."""
         ...
 
 

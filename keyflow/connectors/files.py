@@ -51,7 +51,7 @@ class FileSource:
             reader = reader.schema(self.schema)
         elif self.format == "csv":
             reader = reader.option("inferSchema", "true")
-        return reader.load(absolute(self.path))
+        return _with_partitions(reader.load(absolute(self.path)), parallelism)
 
     def read_stream(self, spark: SparkSession, parallelism: int) -> DataFrame:
         """New files become new data; the schema comes from ``schema`` or the files there now."""
@@ -169,3 +169,12 @@ def _exists(path: str) -> bool:
         return True  # remote filesystems: let Spark report a missing path
     local = Path(path.removeprefix("file://"))
     return local.exists() or any(char in path for char in "*?[")
+
+
+def _with_partitions(frame: DataFrame, parallelism: int) -> DataFrame:
+    """Exactly ``parallelism`` partitions (the source contract): coalesce if more (no
+    shuffle), spread round robin if fewer."""
+    current = frame.rdd.getNumPartitions()
+    if current == parallelism:
+        return frame
+    return frame.coalesce(parallelism) if current > parallelism else frame.repartition(parallelism)

@@ -1,4 +1,4 @@
-"""Exchanges on Spark: keyed (exact key-group routing), rebalance and partition counts.
+"""Exchanges on Spark: keyed (exact key-group routing) and rebalance.
 
 Spark's ``repartition(n, col)`` sends a row to partition ``pmod(hash(col), n)``. To make
 subtask ``i`` land in partition ``i`` exactly, every row carries a *routing value*: the
@@ -76,11 +76,3 @@ def null_key_condition(keys: tuple[str, ...]) -> Column:
 def rebalance(frame: DataFrame, parallelism: int) -> DataFrame:
     """Round-robin to ``parallelism`` partitions (Flink's rebalance)."""
     return frame.repartition(parallelism)
-
-
-def with_partitions(frame: DataFrame, parallelism: int) -> DataFrame:
-    """Exactly ``parallelism`` partitions: coalesce if more (no shuffle), rebalance if fewer."""
-    current = frame.rdd.getNumPartitions()
-    if current == parallelism:
-        return frame
-    return frame.coalesce(parallelism) if current > parallelism else rebalance(frame, parallelism)

@@ -17,7 +17,7 @@ from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
 from keyflow.runtime.errors import guarded
-from keyflow.runtime.exchange import null_key_condition, rebalance, with_partitions
+from keyflow.runtime.exchange import null_key_condition, rebalance
 from keyflow.runtime.operators import NULL_KEY_MARKER, apply_keyed, apply_stateless, require_key_columns
 from keyflow.runtime.session import spark_session
 from keyflow.state.durable import CheckpointedState
@@ -56,9 +56,7 @@ class FrameBuilder:
             frame = self._sources[node_id]
         elif isinstance(node, nodes.SourceNode):
             read = node.source.read
-            frame = self.guarded(
-                lambda: with_partitions(read(self.spark, operator.parallelism), operator.parallelism), node
-            )
+            frame = self.guarded(lambda: read(self.spark, operator.parallelism), node)
         else:
             upstream = self.frame(node.inputs[0])
             partitioner = operator.input_partitioner
