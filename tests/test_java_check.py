@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,17 @@ def test_script_form_exits_1_with_message(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 1
     assert "error: no java executable found" in result.stderr
+
+
+def test_a_session_without_java_is_one_config_error(tmp_path: Path) -> None:
+    """Starting Spark without Java is a KeyflowError naming the fix (the CLI prints one line)."""
+    check = (
+        "from keyflow.config import ConfigError\n"
+        "from keyflow.runtime.session import spark_session\n"
+        "try:\n    spark_session({'spark.master': 'local[1]'})\n"
+        "except ConfigError as error:\n    print('ConfigError:', error)\n"
+    )
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "nowhere")}
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, check=False)
+    assert result.stdout.startswith("ConfigError: no java executable found via JAVA_HOME="), result.stderr
+    assert "apt-get install" in result.stdout

@@ -248,3 +248,25 @@ def test_more_bad_inputs(spark, tmp_path: Path) -> None:
     ).sink(parquet(tmp_path / "o2"))
     with pytest.raises(KeyflowError, match=r"operator 'locked': its function cannot be sent to Spark's Python workers"):
         unpicklable.run(checkpoint=str(tmp_path / "c2"), available_now=True)
+
+
+def test_committed_output_of_a_removed_sink_is_not_lost(tmp_path: Path) -> None:
+    """A version whose staged output was committed but not yet moved (a crash between the
+    two) cannot be restored by a pipeline without that sink: the error says what to do."""
+    from keyflow.runtime.streaming.commit import publish
+    from keyflow.state.checkpoint import Manifest
+
+    pipeline = Pipeline(config=config(2))
+    append(tmp_path / "log", events(10, 3, start=0, seed=1))
+    pipeline.source(log(str(tmp_path / "log"))).sink(parquet(tmp_path / "new"))
+    staged = tmp_path / "old" / "_keyflow_staging" / "part-0.parquet"
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"committed rows")
+    moves = [[str(staged), str(tmp_path / "old" / "part-b0000000003-00000.parquet")]]
+    manifest = Manifest(3, 2, 64, {}, [{"uid": f"sink: {tmp_path / 'old'}", "moves": moves}])
+    with pytest.raises(
+        PlanError, match=r"version 3 holds committed output of sink uid 'sink: .*old'.*run the pipeline"
+    ):
+        publish(pipeline.compile(), manifest)
+    staged.unlink()  # once moved into place (by the old pipeline), the new one restores fine
+    publish(pipeline.compile(), manifest)

@@ -132,12 +132,15 @@ class Autoscaler:
             if self.scheduler.state is not State.EXECUTING:
                 return None
             events = self.scheduler.events
-            changes = [i for i, e in enumerate(events) if e.parallelism_to != e.parallelism_from]
-            index = changes[-1] if changes else len(events) - 1
+            index = len(events) - 1
+            while index > 0 and events[index].parallelism_to == events[index].parallelism_from:
+                index -= 1  # back to the latest change
             reasons = [events[index].reason]
-            before = [e for e in events[:index] if e.state is not State.WAITING_FOR_RESOURCES]
-            if before and before[-1].state is State.RESTARTING:
-                reasons.insert(0, before[-1].reason)
+            earlier = index - 1
+            while earlier >= 0 and events[earlier].state is State.WAITING_FOR_RESOURCES:
+                earlier -= 1
+            if earlier >= 0 and events[earlier].state is State.RESTARTING:
+                reasons.insert(0, events[earlier].reason)
             return self.scheduler.parallelism, f"adaptive scheduler: {'; '.join(reasons)}"
 
     def failure(self) -> Exception:

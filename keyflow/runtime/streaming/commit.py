@@ -129,9 +129,10 @@ def _stage_outputs(builder: FrameBuilder, batch: int) -> tuple[dict[str, int], l
 
     for sink in plan.sinks:
         stage(plan.uid(sink.id), sink.name, sink.sink, builder.frame(sink.id), sink)
+    by_uid = plan.outputs()
     for node, letters in builder.take_dead_letters():
         uid = f"{plan.uid(node.id)}/dead-letters"
-        label, sink = plan.outputs()[uid]
+        label, sink = by_uid[uid]
         stage(uid, label, sink, letters, node)
     return outputs, staged
 
