@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
-from keyflow import Pipeline, log, parquet
+from keyflow import Log, Pipeline, log, parquet
 from keyflow.state.checkpoint import Checkpoint
 from tests.streams import (
+    EVENTS,
     TOTAL_SCHEMA,
     TOTAL_STATE,
     append,
@@ -97,3 +99,25 @@ def test_rescale_above_max_parallelism_is_refused(spark, tmp_path: Path) -> None
             job.rescale(9)
     finally:
         job.stop()
+
+
+def test_rows_with_null_keys_go_to_the_dead_letter_sink_exactly_once(spark, tmp_path: Path) -> None:
+    """A streaming dead-letter sink is staged and published with the micro-batch, like any sink."""
+    history = events(1_200, 40, start=0, seed=7)
+    history.loc[history.index % 7 == 0, "user"] = None
+    log_of_events = Log.create(tmp_path / "log", 3, EVENTS)  # round robin: a null key has no split
+    log_of_events.append(pa.Table.from_pandas(history, schema=EVENTS, preserve_index=False))
+    pipeline = Pipeline(config=config(2))
+    stream = pipeline.source(log(str(tmp_path / "log"), rows_per_batch=500))
+    counts = stream.key_by("user", on_null=parquet(tmp_path / "dead")).aggregate(n="count(*)", total="sum(amount)")
+    counts.sink(parquet(tmp_path / "out"))
+    result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+    dead = read_output(tmp_path / "dead").sort_values("seq").reset_index(drop=True)
+    expected_dead = history[history["user"].isna()].reset_index(drop=True)
+    pd.testing.assert_frame_equal(dead, expected_dead, check_dtype=False)
+    latest = read_output(tmp_path / "out").groupby("user").agg(n=("n", "max"), total=("total", "last"))
+    keyed = history.dropna(subset=["user"]).groupby("user").agg(n=("amount", "size"), total=("amount", "sum"))
+    assert latest["n"].to_dict() == keyed["n"].to_dict()
+    assert latest["total"].to_dict() == keyed["total"].to_dict()  # files in batch order: last = final
+    assert sum(rows for name, rows in result.output_rows.items() if name.startswith("dead letters")) == len(dead)
