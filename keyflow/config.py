@@ -185,6 +185,13 @@ OPTIONS: dict[str, Option] = {
             "with no slot. Negative (e.g. -1 s): wait forever. Alias: …submission.resource-wait-timeout.",
         ),
         Option(
+            "table.exec.sink.keyed-shuffle",
+            lambda key, value: _choice("AUTO", "FORCE", "NONE")(key, str(value).upper()),
+            "AUTO",
+            "SQL sinks with a primary key: AUTO routes rows to the sink by the key's key group when the sink's "
+            "parallelism differs from its input's; FORCE whenever the sink's parallelism is not 1; NONE never.",
+        ),
+        Option(
             "execution.state-recovery.ignore-unclaimed-state",
             _flag,
             False,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keyflow.api.stream import Stream, check_parallelism_option
+from keyflow.changelog import DELETED, OP
 from keyflow.config import Config, load_yaml
 from keyflow.connectors.base import Source
 from keyflow.errors import PlanError
@@ -64,7 +65,24 @@ class Pipeline:
         node_id = self.add(
             nodes.SourceNode, (), label, checked, explicit_uid=None if uid is None else check_uid(uid), source=source
         )
+        if getattr(source, "changelog_mode", "insert") != "insert" and source.primary_key:
+            node_id = self._normalized(node_id, source, label, checked)
         return Stream(self, node_id)
+
+    def _normalized(self, node_id: int, source: Any, label: str, parallelism: int | None) -> int:
+        """A changelog source with a primary key, normalized by it (Flink's ChangelogNormalize):
+        rows are routed by the key's key group and its previous row lives in keyed state."""
+        keys = tuple(source.primary_key)
+        if source.changelog_mode == "all":
+            node_id = self.add(nodes.FilterNode, (node_id,), "drop -U", parallelism, condition=f"{OP} <> '-U'")
+            deleted = f"{OP} = '-D'"
+        else:
+            values = [name for name in source.schema.names if name not in keys]
+            deleted = " AND ".join(f"`{name}` IS NULL" for name in values) or "false"
+        node_id = self.add(nodes.WithColumnsNode, (node_id,), "row kind", parallelism, columns={DELETED: deleted})
+        return self.add(
+            nodes.NormalizeNode, (node_id,), f"normalize {label}", None, keys=keys, mode=source.changelog_mode
+        )
 
     def add(
         self, kind: type[nodes.Node], inputs: tuple[int, ...], name: str, parallelism: int | None, **fields: Any

@@ -118,17 +118,38 @@ class Stream:
             raise PlanError(f"key_by on_null={on_null!r} is not a sink; pass e.g. parquet('out/dead_letters')")
         return KeyedStream(self, tuple(keys), on_null)
 
-    def sink(self, sink: Any, parallelism: int | None = None, name: str | None = None, uid: str | None = None) -> None:
-        """Write this stream to ``sink`` when the pipeline runs (``uid``: the sink's stable id)."""
+    def sink(
+        self,
+        sink: Any,
+        parallelism: int | None = None,
+        name: str | None = None,
+        uid: str | None = None,
+        primary_key: str | tuple[str, ...] = (),
+    ) -> None:
+        """Write this stream to ``sink`` when the pipeline runs (``uid``: the sink's stable id;
+        ``primary_key``: rows reach the sink routed by it, see ``table.exec.sink.keyed-shuffle``)."""
         if not isinstance(sink, Sink):
             raise PlanError(f"{sink!r} is not a sink; use parquet(...), json(...), csv(...) or console()")
         label = name or f"sink: {nodes.sink_target(sink)}"
         checked_uid = None if uid is None else check_uid(uid)
+        keys = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
         self.pipeline.add_sink(
             self.pipeline.add(
-                nodes.SinkNode, (self.node_id,), label, _p(parallelism, label), explicit_uid=checked_uid, sink=sink
+                nodes.SinkNode,
+                (self.node_id,),
+                label,
+                _p(parallelism, label),
+                explicit_uid=checked_uid,
+                sink=sink,
+                primary_key=keys,
+                changelog=self.is_changelog,
             )
         )
+
+    @property
+    def is_changelog(self) -> bool:
+        """Whether rows carry row kinds in ``op`` (+I, -U, +U, -D): see ``keyflow.changelog``."""
+        return nodes.emits_changelog(self.pipeline._nodes, self.node_id)
 
     def to_arrow(self) -> pa.Table:
         """Run the pipeline up to this stream (bounded sources) and return its rows."""
@@ -167,8 +188,14 @@ class KeyedStream:
         clash = set(aggregations) & set(self.keys)
         if clash:
             raise PlanError(f"aggregate output {sorted(clash)} has the name of a key column; rename the aggregate")
+        changelog = nodes.emits_changelog(self._stream.pipeline._nodes, self._stream.node_id)
         return self._stream._then(
-            nodes.AggregateNode, "aggregate", keys=self.keys, on_null=self._on_null, aggregations=aggregations
+            nodes.AggregateNode,
+            "aggregate",
+            keys=self.keys,
+            on_null=self._on_null,
+            aggregations=aggregations,
+            changelog=changelog,
         )
 
     def process(

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 from pyarrow import fs
 
+from keyflow.changelog import OFFSET, OP, check_row_kinds
 from keyflow.errors import PlanError, is_positive_int
 from keyflow.keygroups import assign_to_key_groups
 from keyflow.paths import exists, filesystem, lock_file, unlock
@@ -74,9 +75,16 @@ class Log:
         """Append ``records``; with ``key`` each key goes to one split (``key group mod splits``
         of its Spark hash), else rows are spread round-robin. Returns records appended per split.
 
+        A changelog log (one with an ``op`` column) takes rows of kinds +I, -U, +U, -D; an
+        upsert log takes a row per change, a row whose non-key columns are all null deleting its
+        key. Either way append with ``key`` = the primary key, so the changes of a key keep their
+        order in one split.
+
         Appends to a local log hold an exclusive lock, so concurrent writers queue; on other
         filesystems keep to one writer per log."""
         records = _conform(records, self.schema)
+        if OP in self.schema.names:
+            check_row_kinds(records, f"append to changelog {self.path}")
         if key is not None:
             names = [key] if isinstance(key, str) else list(key)
             check_key_columns(names, self.schema)
@@ -105,14 +113,18 @@ class Log:
         finally:
             unlock(handle)
 
-    def read(self, split: int, first: int, last: int) -> Iterator[pa.RecordBatch]:
-        """Records ``first..last-1`` of ``split``."""
+    def read(self, split: int, first: int, last: int, offsets: bool = False) -> Iterator[pa.RecordBatch]:
+        """Records ``first..last-1`` of ``split``; with ``offsets`` each carries its offset in
+        an ``__offset`` column (a changelog source orders the changes of a key by it)."""
         for start, end, path in self._segments(split):
             if end <= first or start >= last:
                 continue
             with self.fs.open_input_file(path) as handle:
                 table = ipc.open_file(handle).read_all()
-            table = table.slice(max(first - start, 0), min(last, end) - max(first, start))
+            begin = max(first, start)
+            table = table.slice(begin - start, min(last, end) - begin)
+            if offsets:
+                table = table.append_column(OFFSET, pa.array(np.arange(begin, begin + table.num_rows)))
             yield from table.to_batches()
 
 

@@ -19,7 +19,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from keyflow.connectors.log import Log
+from keyflow.changelog import MODES, OFFSET, OP
+from keyflow.connectors.log import Log, check_key_columns
 from keyflow.errors import PlanError, positive_option
 from keyflow.paths import absolute
 
@@ -96,6 +97,7 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: dict[str, str]) -> None:
         self.log = Log(options["path"])
+        self.offsets = options.get("offsets") == "true"
         self.partitions_count = int(options["partitions"])
         self.per_batch = int(options["rows_per_batch"]) if options.get("rows_per_batch") else None
         self.target: dict[str, int] | None = None
@@ -141,7 +143,7 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         for split, first, last in json.loads(partition.value):
-            yield from self.log.read(split, first, last)
+            yield from self.log.read(split, first, last, self.offsets)
 
 
 class LogDataSource(DataSource):
@@ -152,7 +154,10 @@ class LogDataSource(DataSource):
     def schema(self) -> Any:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return from_arrow_schema(Log(self.options["path"]).schema)
+        schema = Log(self.options["path"]).schema
+        if self.options.get("offsets") == "true":
+            schema = schema.append(pa.field(OFFSET, pa.int64()))
+        return from_arrow_schema(schema)
 
     def streamReader(self, schema: Any) -> LogReader:
         return LogReader(self.options)
@@ -164,18 +169,50 @@ def register(spark: SparkSession) -> None:
 
 
 class LogStreamSource:
-    """An unbounded source over a :class:`Log`: every appended record, once."""
+    """An unbounded source over a :class:`Log`: every appended record, once.
+
+    ``changelog_mode``: ``insert`` (rows are inserts), ``upsert`` (a row replaces the row of
+    its primary key; non-key columns all null delete it) or ``all`` (rows carry a row kind in
+    ``op``). A changelog with a ``primary_key`` is normalized by it (keyed state), so it
+    stays correct at any parallelism."""
 
     unbounded = True
 
-    def __init__(self, path: str, rows_per_batch: int | None) -> None:
+    def __init__(
+        self,
+        path: str,
+        rows_per_batch: int | None,
+        changelog_mode: str = "insert",
+        primary_key: tuple[str, ...] = (),
+    ) -> None:
         positive_option(rows_per_batch, "log rows_per_batch")
         self.path = absolute(path)
         self.rows_per_batch = rows_per_batch
-        self.splits = Log(self.path).splits  # fails early, naming the path, if it is not a log
+        described = Log(self.path)  # fails early, naming the path, if it is not a log
+        self.splits, self.schema = described.splits, described.schema
+        if changelog_mode not in MODES:
+            raise PlanError(f"log changelog_mode={changelog_mode!r} is invalid; choose one of {', '.join(MODES)}")
+        if (changelog_mode == "all") != (OP in self.schema.names):
+            has = "has" if OP in self.schema.names else "has no"
+            raise PlanError(
+                f"log {path} {has} an {OP!r} column, so it is {'a' if has == 'has' else 'not a'} changelog; use "
+                f"changelog_mode={'all' if has == 'has' else 'insert or upsert'!r}"
+            )
+        check_key_columns(list(primary_key), self.schema)
+        if changelog_mode == "upsert" and not primary_key:
+            raise PlanError(f"log {path} in upsert mode needs its primary key: primary_key=('id',)")
+        self.changelog_mode, self.primary_key = changelog_mode, tuple(primary_key)
 
     def describe(self) -> dict[str, Any]:
-        return {"connector": "log", "path": self.path, "splits": self.splits, "rows_per_batch": self.rows_per_batch}
+        described: dict[str, Any] = {
+            "connector": "log",
+            "path": self.path,
+            "splits": self.splits,
+            "rows_per_batch": self.rows_per_batch,
+        }
+        if self.changelog_mode != "insert":
+            described.update(changelog_mode=self.changelog_mode, primary_key=list(self.primary_key))
+        return described
 
     def read(self, spark: SparkSession, parallelism: int) -> Any:
         raise PlanError(f"log({self.path!r}) is unbounded; run the pipeline with a checkpoint: run(checkpoint=...)")
@@ -183,11 +220,22 @@ class LogStreamSource:
     def read_stream(self, spark: SparkSession, parallelism: int) -> Any:
         register(spark)
         reader = spark.readStream.format("keyflow-log").option("path", self.path).option("partitions", parallelism)
+        if self.changelog_mode != "insert":
+            reader = reader.option("offsets", "true")
         if self.rows_per_batch:
             reader = reader.option("rows_per_batch", self.rows_per_batch)
         return reader.load()
 
 
-def log(path: str, rows_per_batch: int | None = None) -> LogStreamSource:
-    """Read a partitioned append-only log (see ``keyflow log append``); unbounded."""
-    return LogStreamSource(path, rows_per_batch)
+def log(
+    path: str,
+    rows_per_batch: int | None = None,
+    changelog_mode: str = "insert",
+    primary_key: str | tuple[str, ...] | list[str] = (),
+) -> LogStreamSource:
+    """Read a partitioned append-only log (see ``keyflow log append``); unbounded.
+
+    ``changelog_mode="upsert"`` with ``primary_key`` reads it as upserts and deletes of each
+    key; ``"all"`` reads a log whose ``op`` column holds row kinds (+I, -U, +U, -D)."""
+    keys = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+    return LogStreamSource(path, rows_per_batch, changelog_mode, keys)

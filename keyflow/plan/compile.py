@@ -103,7 +103,7 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
     edges: list[Edge] = []
     input_partitioner: dict[int, Partitioner | None] = {}
     for node in ordered:
-        partitioners = [_partitioner(node, input_id, parallelism) for input_id in node.inputs]
+        partitioners = [_partitioner(node, nodes, input_id, parallelism, config) for input_id in node.inputs]
         input_partitioner[node.id] = partitioners[0] if partitioners else None
         chainable = (
             len(node.inputs) == 1 and partitioners[0] is Partitioner.FORWARD and consumers.get(node.inputs[0]) == 1
@@ -115,7 +115,7 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
             vertex = len(chains)
             chains.append([node])
             for input_id, partitioner in zip(node.inputs, partitioners, strict=True):
-                keys = tuple(getattr(node, "keys", ())) if partitioner is Partitioner.HASH else ()
+                keys = node.partition_keys if partitioner is Partitioner.HASH else ()
                 edges.append(Edge(vertex_of[input_id], vertex, partitioner, keys))
         vertex_of[node.id] = vertex
 
@@ -156,12 +156,45 @@ def _value(partitioner: Partitioner | None) -> str | None:
     return partitioner.value if partitioner else None
 
 
-def _partitioner(node: Node, input_id: int, parallelism: dict[int, int]) -> Partitioner:
+def _partitioner(
+    node: Node, nodes: Mapping[int, Node], input_id: int, parallelism: dict[int, int], config: Config
+) -> Partitioner:
     if node.keyed:
         return Partitioner.HASH
-    if parallelism[node.id] == parallelism[input_id]:
+    same = parallelism[node.id] == parallelism[input_id]
+    if isinstance(node, SinkNode) and _sink_keyed_shuffle(node, same, parallelism[node.id], config):
+        return Partitioner.HASH
+    if same:
         return Partitioner.FORWARD
+    _check_order_survives(node, nodes[input_id], parallelism[input_id], parallelism[node.id])
     return Partitioner.REBALANCE
+
+
+def _sink_keyed_shuffle(sink: SinkNode, same_parallelism: bool, parallelism: int, config: Config) -> bool:
+    """Flink's ``table.exec.sink.keyed-shuffle``: with a primary key, AUTO routes by it when
+    the sink's parallelism differs from its input's, FORCE whenever it is not 1, NONE never."""
+    if not sink.primary_key:
+        return False
+    mode = config["table.exec.sink.keyed-shuffle"]
+    return (mode == "AUTO" and not same_parallelism) or (mode == "FORCE" and parallelism != 1)
+
+
+def _check_order_survives(node: Node, upstream: Node, before: int, after: int) -> None:
+    """A rebalance would deliver the changes of one key to several subtasks, out of order."""
+    changelog = isinstance(upstream, SourceNode) and getattr(upstream.source, "changelog_mode", "insert") != "insert"
+    if isinstance(node, SinkNode) and node.changelog:
+        raise PlanError(
+            f"sink {node.name!r} runs at parallelism {after} and its input {upstream.name!r} at {before}, and the "
+            "input is a changelog: without a primary key its rows would be spread round robin and the changes of "
+            "one key could be applied out of order; declare PRIMARY KEY (...) NOT ENFORCED on the sink table "
+            "or give it the same parallelism"
+        )
+    if changelog:
+        raise PlanError(
+            f"source {upstream.name!r} is a changelog at parallelism {before} and {node.name!r} runs at {after}: "
+            "without a primary key its rows would be spread round robin and the changes of one key could be "
+            "applied out of order; declare PRIMARY KEY (...) NOT ENFORCED on the table or drop scan.parallelism"
+        )
 
 
 def _max_parallelism(ordered: list[Node], parallelism: dict[int, int], config: Config) -> int:

@@ -35,8 +35,9 @@ class Operator:
 
     @property
     def keyed(self) -> bool:
-        """Whether it keeps keyed state: its input arrives partitioned by key group."""
-        return self.input_partitioner == Partitioner.HASH.value
+        """Whether it keeps keyed state: its input arrives partitioned by key group (a sink
+        routed by its primary key keeps none)."""
+        return self.input_partitioner == Partitioner.HASH.value and self.kind != "sink"
 
 
 @dataclass(frozen=True)

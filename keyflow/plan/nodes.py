@@ -36,6 +36,11 @@ class Node:
         """What the plan shows (JSON-serialisable)."""
         return {}
 
+    @property
+    def partition_keys(self) -> tuple[str, ...]:
+        """The columns a hash edge into this operator routes by (none: not routed by key)."""
+        return ()
+
 
 @dataclass(frozen=True, eq=False)
 class SourceNode(Node):
@@ -92,14 +97,39 @@ class KeyedNode(Node):
     on_null: Any = None  # None: pipeline.null-keys; or a sink for a dead letter queue
     keyed: ClassVar[bool] = True
 
+    @property
+    def partition_keys(self) -> tuple[str, ...]:
+        return self.keys
+
 
 @dataclass(frozen=True, eq=False)
 class AggregateNode(KeyedNode):
+    """Per-key aggregates. With ``changelog`` the input may carry row kinds (``op``): updates
+    and deletes retract what the old row contributed, and the output is a changelog."""
+
     aggregations: Mapping[str, str] = field(default_factory=dict)
+    changelog: bool = False
     kind: ClassVar[str] = "aggregate"
 
     def describe(self) -> dict[str, Any]:
-        return {"keys": list(self.keys), "aggregations": dict(self.aggregations)}
+        described: dict[str, Any] = {"keys": list(self.keys), "aggregations": dict(self.aggregations)}
+        if self.changelog:
+            described["changelog"] = True
+        return described
+
+
+@dataclass(frozen=True, eq=False)
+class NormalizeNode(KeyedNode):
+    """Flink's ChangelogNormalize: a changelog source keyed by its primary key (``keys``)
+    becomes a consistent changelog: the previous row of each key lives in keyed state, so an
+    upsert retracts it (-U/+U) and a delete removes it (-D). ``mode`` is ``upsert`` (a row
+    whose non-key columns are all null deletes its key) or ``all`` (rows carry ``op``)."""
+
+    mode: str = "upsert"
+    kind: ClassVar[str] = "changelog_normalize"
+
+    def describe(self) -> dict[str, Any]:
+        return {"primary_key": list(self.keys), "mode": self.mode}
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,11 +151,25 @@ class ProcessNode(KeyedNode):
 
 @dataclass(frozen=True, eq=False)
 class SinkNode(Node):
+    """A sink; ``primary_key`` routes its input by key group under
+    ``table.exec.sink.keyed-shuffle``; ``changelog`` says its input carries row kinds."""
+
     sink: Any = None
+    primary_key: tuple[str, ...] = ()
+    changelog: bool = False
     kind: ClassVar[str] = "sink"
 
     def describe(self) -> dict[str, Any]:
-        return dict(self.sink.describe())
+        described = dict(self.sink.describe())
+        if self.primary_key:
+            described["primary_key"] = list(self.primary_key)
+        if self.changelog:
+            described["changelog"] = True
+        return described
+
+    @property
+    def partition_keys(self) -> tuple[str, ...]:
+        return self.primary_key
 
 
 def sink_target(sink: Any) -> str:
@@ -138,6 +182,21 @@ def function_name(function: Callable[..., Any] | None) -> str:
     if function is None:
         return "?"
     return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
+
+
+def emits_changelog(nodes: Mapping[int, Node], node_id: int) -> bool:
+    """Whether the rows of ``node_id`` carry row kinds (``op``): a normalized changelog source,
+    an aggregate over a changelog, and the stateless operators after them."""
+    node = nodes[node_id]
+    if isinstance(node, NormalizeNode):
+        return True
+    if isinstance(node, AggregateNode):
+        return node.changelog
+    if isinstance(node, SourceNode):
+        return getattr(node.source, "changelog_mode", "insert") == "all"
+    if isinstance(node, (SelectNode, FilterNode, WithColumnsNode)):
+        return emits_changelog(nodes, node.inputs[0])
+    return False
 
 
 def upstream(nodes: Mapping[int, Node], roots: Iterable[int]) -> list[Node]:

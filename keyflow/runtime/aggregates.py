@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from keyflow.errors import PlanError
+from keyflow.runtime.changelog import Retracting
 
 MERGEABLE = ("count", "sum", "min", "max", "avg", "mean")
 
@@ -67,6 +68,37 @@ def _parse(spark: SparkSession, operator: str, aggregations: dict[str, str]) -> 
             )
         parsed.append(Aggregate(name, function, expression.strip()))
     return tuple(parsed)
+
+
+RETRACTABLE = ("count", "sum", "avg", "min", "max", "count(distinct)")
+
+
+def retracting_aggregates(spark: SparkSession, operator: str, aggregations: dict[str, str]) -> list[Retracting]:
+    """Each ``name='function(argument)'`` of an aggregate over a changelog, or a PlanError
+    naming the one that cannot retract a row; ``argument`` is the Spark expression."""
+    parser = spark._jsparkSession.sessionState().sqlParser()  # type: ignore[union-attr]
+    found = []
+    for name, expression in aggregations.items():
+        tree = parser.parseExpression(expression)
+        function = ""
+        if tree.getClass().getSimpleName() == "UnresolvedFunction" and not tree.filter().isDefined():
+            function = str(tree.nameParts().last()).lower()
+            arguments = tree.arguments()
+            if function == "mean":
+                function = "avg"
+            if tree.isDistinct():
+                function = "count_distinct" if function == "count" else ""
+            if arguments.size() != 1:
+                function = ""
+        if function not in ("count", "sum", "avg", "min", "max", "count_distinct"):
+            raise PlanError(
+                f"operator {operator!r}: aggregate {name}={expression!r} cannot retract rows of a changelog; "
+                f"an aggregate over a changelog supports {', '.join(RETRACTABLE)} of one argument"
+            )
+        argument = arguments.apply(0)
+        star = argument.getClass().getSimpleName() in ("UnresolvedStar", "Literal") and function == "count"
+        found.append(Retracting(name, function, None if star else str(argument.sql())))
+    return found
 
 
 class PartialMerge:

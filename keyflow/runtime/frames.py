@@ -17,7 +17,7 @@ from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
 from keyflow.runtime.errors import guarded
-from keyflow.runtime.exchange import null_key_condition, rebalance
+from keyflow.runtime.exchange import keyed_exchange, null_key_condition, rebalance
 from keyflow.runtime.operators import NULL_KEY_MARKER, apply_keyed, apply_stateless, require_key_columns
 from keyflow.runtime.session import spark_session
 from keyflow.state.durable import CheckpointedState
@@ -62,10 +62,13 @@ class FrameBuilder:
             partitioner = operator.input_partitioner
             if partitioner == Partitioner.REBALANCE.value:
                 upstream = rebalance(upstream, operator.parallelism)
-            if partitioner == Partitioner.HASH.value:
-                frame = self._keyed(node, upstream)
-            elif isinstance(node, nodes.SinkNode):
+            if isinstance(node, nodes.SinkNode):
                 frame = upstream
+                if partitioner == Partitioner.HASH.value:  # table.exec.sink.keyed-shuffle
+                    frame = keyed_exchange(upstream, node.primary_key, self.plan.max_parallelism, operator.parallelism,
+                                           keep_key_group=False)  # fmt: skip
+            elif partitioner == Partitioner.HASH.value:
+                frame = self._keyed(node, upstream)
             else:
                 frame = apply_stateless(node, upstream)
         if self._consumers.get(node_id, 0) > 1:

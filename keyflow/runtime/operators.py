@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Mapping
 from typing import Any
@@ -13,11 +14,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from keyflow.changelog import DELETED, OFFSET, OP, RETRACTIONS
 from keyflow.errors import PlanError
 from keyflow.plan import nodes
 from keyflow.plan.descriptors import ValueState
 from keyflow.plan.graph import Operator
-from keyflow.runtime.aggregates import PartialMerge, mergeable_aggregates
+from keyflow.runtime.aggregates import PartialMerge, mergeable_aggregates, retracting_aggregates
+from keyflow.runtime.changelog import (
+    ROWS,
+    SIGN,
+    Normalize,
+    RetractingAggregate,
+)
 from keyflow.runtime.errors import first_line
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
 from keyflow.runtime.workers import BatchMapper, ProcessRunner, conform
@@ -91,6 +99,15 @@ def apply_keyed(
         return map_in_arrow(exchanged, runner, schema, node)
 
     try:
+        if isinstance(node, nodes.NormalizeNode):
+            values = tuple(column for column in frame.columns if column not in (*node.keys, OFFSET, DELETED, OP))
+            exchanged = exchange(frame, keep_key_group=True).sortWithinPartitions(*node.keys)
+            types = to_arrow_schema(frame.select(*node.keys, *values).schema, timezone=session_timezone(frame))
+            output = pa.schema([*types, pa.field(OP, pa.string())])
+            normalize = Normalize(node.keys, values)
+            return run(exchanged, normalize, output, Normalize.state(types, node.keys), (OFFSET,))
+        if isinstance(node, nodes.AggregateNode) and node.changelog:
+            return _retracting_aggregate(node, frame, exchange, run)
         if isinstance(node, nodes.AggregateNode) and keyed_state is None:
             aggregated = frame.groupBy(*node.keys).agg(
                 *[F.expr(expression).alias(name) for name, expression in node.aggregations.items()]
@@ -120,6 +137,30 @@ def apply_keyed(
     except (AnalysisException, ParseException) as error:
         raise PlanError(f"operator {node.name!r} ({node.kind}: {_described(node)}): {first_line(str(error))}") from None
     raise AssertionError(node.kind)
+
+
+def _retracting_aggregate(node: nodes.AggregateNode, frame: DataFrame, exchange: Any, run: Any) -> DataFrame:
+    """An aggregate whose input may retract rows (``op`` -U/-D) and whose output is a changelog:
+    Spark evaluates each argument and the row's sign, the state keeps what retraction needs."""
+    aggregates = retracting_aggregates(frame.sparkSession, node.name, dict(node.aggregations))
+    sign = (
+        F.when(F.col(OP).isin(*RETRACTIONS), F.lit(-1)).otherwise(F.lit(1)) if OP in frame.columns else F.lit(1)
+    ).cast("byte")
+    arguments = [F.expr(a.argument).alias(f"__arg_{a.name}") for a in aggregates if a.argument is not None]
+    prepared = frame.select(*[F.col(key) for key in node.keys], sign.alias(SIGN), *arguments)
+    types = to_arrow_schema(prepared.schema, timezone=session_timezone(frame))
+    specs, state, output = [], {ROWS: ValueState(pa.int64())}, [types.field(key) for key in node.keys]
+    for aggregate in aggregates:
+        column = None if aggregate.argument is None else f"__arg_{aggregate.name}"
+        argument_type = None if column is None else types.field(column).type
+        spec = dataclasses.replace(aggregate, argument=column)
+        specs.append(spec)
+        state.update(spec.state(argument_type))
+        output.append(pa.field(aggregate.name, spec.output_type(argument_type)))
+    output.append(pa.field(OP, pa.string()))
+    function = RetractingAggregate(node.keys, tuple(specs))
+    return run(exchange(prepared, keep_key_group=True).sortWithinPartitions(*node.keys), function, pa.schema(output),
+               state, ())  # fmt: skip
 
 
 def map_in_arrow(frame: DataFrame, runner: Any, schema: pa.Schema, node: nodes.Node) -> DataFrame:
