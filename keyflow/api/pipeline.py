@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from keyflow.runtime.executor import RunResult
     from keyflow.runtime.streaming import BatchMetrics, StreamingJob, StreamingResult
+    from keyflow.sql.planner import Catalog
 
 _overrides: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("keyflow_overrides", default=None)
 
@@ -53,6 +54,7 @@ class Pipeline:
         self.config = Config(values).merged(_overrides.get())
         self._nodes: dict[int, nodes.Node] = {}
         self._sinks: list[int] = []
+        self._catalog: Catalog | None = None
 
     def source(
         self, source: Any, parallelism: int | None = None, name: str | None = None, uid: str | None = None
@@ -74,12 +76,14 @@ class Pipeline:
         rows are routed by the key's key group and its previous row lives in keyed state."""
         keys = tuple(source.primary_key)
         if source.changelog_mode == "all":
-            node_id = self.add(nodes.FilterNode, (node_id,), "drop -U", parallelism, condition=f"{OP} <> '-U'")
+            node_id = self.add(nodes.FilterNode, (node_id,), f"drop -U {label}", parallelism, condition=f"{OP} <> '-U'")
             deleted = f"{OP} = '-D'"
         else:
             values = [name for name in source.schema.names if name not in keys]
             deleted = " AND ".join(f"`{name}` IS NULL" for name in values) or "false"
-        node_id = self.add(nodes.WithColumnsNode, (node_id,), "row kind", parallelism, columns={DELETED: deleted})
+        node_id = self.add(
+            nodes.WithColumnsNode, (node_id,), f"row kind {label}", parallelism, columns={DELETED: deleted}
+        )
         return self.add(
             nodes.NormalizeNode, (node_id,), f"normalize {label}", None, keys=keys, mode=source.changelog_mode
         )
@@ -91,6 +95,43 @@ class Pipeline:
         node_id = len(self._nodes) + 1
         self._nodes[node_id] = kind(node_id, inputs, name, parallelism, **fields)
         return node_id
+
+    @property
+    def nodes(self) -> Mapping[int, nodes.Node]:
+        """Every operator added so far, by id."""
+        return self._nodes
+
+    def set_option(self, key: str, value: Any) -> None:
+        """Set one configuration option (SQL's ``SET``); ``--conf`` given to the CLI still wins."""
+        self.config = self.config.merged({key: value}).merged(_overrides.get())
+
+    def sql(self, text: str) -> Stream | None:
+        """Run SQL statements on this pipeline (see docs/sql.md): ``CREATE TABLE`` declares
+        tables, ``INSERT INTO`` adds sinks, ``SET`` sets options, ``EXPLAIN`` prints a plan.
+        A final bare ``SELECT`` returns its stream, to go on with the Python API."""
+        from keyflow.sql.planner import plan_script
+
+        planned = plan_script(self, text)
+        for explained in planned.explained:
+            print(explained)
+        return planned.stream
+
+    def create_temporary_view(self, name: str, stream: Stream) -> None:
+        """Make ``stream`` readable in SQL as ``FROM name``."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise PlanError(f"view name {name!r} must be an identifier such as 'clicks'")
+        if name in self.catalog.tables or name in self.catalog.views:
+            raise PlanError(f"a table or view named {name!r} exists already; choose another name")
+        self.catalog.views[name] = stream.node_id
+
+    @property
+    def catalog(self) -> Catalog:
+        """The tables and views SQL statements of this pipeline know."""
+        if self._catalog is None:
+            from keyflow.sql.planner import Catalog
+
+            self._catalog = Catalog()
+        return self._catalog
 
     def node(self, node_id: int) -> nodes.Node:
         return self._nodes[node_id]

@@ -8,6 +8,7 @@ from keyflow.cli.checkpoints import checkpoints
 from keyflow.cli.keygroups import keygroups
 from keyflow.cli.log import log_app
 from keyflow.cli.pipelines import plan, run
+from keyflow.cli.sql import sql
 from keyflow.cli.timeline import timeline
 
 app = typer.Typer(
@@ -20,6 +21,7 @@ app = typer.Typer(
 app.command(name="keygroups")(keygroups)
 app.command(name="plan")(plan)
 app.command(name="run")(run)
+app.command(name="sql")(sql)
 app.command(name="checkpoints")(checkpoints)
 app.command(name="timeline")(timeline)
 app.add_typer(log_app, name="log")

@@ -14,6 +14,7 @@ from keyflow.cli.pipeline_file import load_pipeline
 from keyflow.config import load_yaml, parse_conf_pairs
 
 if TYPE_CHECKING:  # the runtime loads PySpark: not for every `keyflow` command
+    from keyflow.api.pipeline import Pipeline
     from keyflow.runtime.streaming import BatchMetrics, StreamingResult
 
 ConfOption = Annotated[
@@ -22,7 +23,7 @@ ConfOption = Annotated[
 ConfigFileOption = Annotated[str | None, typer.Option("--config", help="YAML file of configuration keys.")]
 
 
-def _overrides(conf: list[str] | None, config_file: str | None, parallelism: int | None) -> dict[str, object]:
+def overrides(conf: list[str] | None, config_file: str | None, parallelism: int | None) -> dict[str, object]:
     values: dict[str, object] = dict(load_yaml(config_file)) if config_file else {}
     values.update(parse_conf_pairs(conf or []))
     if parallelism is not None:
@@ -39,7 +40,7 @@ def plan(
 ) -> None:
     """Print the job plan of a pipeline file without running it."""
     with user_errors():
-        job = load_pipeline(file, _overrides(conf, config, parallelism)).plan()
+        job = load_pipeline(file, overrides(conf, config, parallelism)).plan()
     typer.echo(job.to_json() if as_json else job.render())
 
 
@@ -61,9 +62,16 @@ def run(
     A pipeline with an unbounded source runs as a stream with exactly-once state in
     ``--checkpoint`` until interrupted (Ctrl-C stops at once; a micro-batch that was running
     is not committed and runs again on restart)."""
+    with user_errors():
+        pipeline = load_pipeline(file, overrides(conf, config, parallelism))
+    execute(pipeline, checkpoint, available_now, as_json)
+
+
+def execute(pipeline: Pipeline, checkpoint: str | None, available_now: bool, as_json: bool) -> None:
+    """Print the plan, run the pipeline (a stream with a checkpoint when a source is
+    unbounded or ``checkpoint`` is given), summarise what was written."""
     console = Console(highlight=False)
     with user_errors():
-        pipeline = load_pipeline(file, _overrides(conf, config, parallelism))
         job = pipeline.plan()
         if not as_json:
             typer.echo(job.render())

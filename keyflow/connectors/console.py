@@ -8,6 +8,7 @@ from pyspark.sql import DataFrame
 from rich.console import Console
 from rich.table import Table
 
+from keyflow.changelog import OP
 from keyflow.connectors.base import Moves
 
 
@@ -74,3 +75,40 @@ class BlackholeSink(_Unpublished):
 def blackhole() -> BlackholeSink:
     """Discard every row; the work upstream still runs in full."""
     return BlackholeSink()
+
+
+class PrintSink(_Unpublished):
+    """Every row on standard output in Flink's print format: ``identifier> +I[v1, v2]``, the
+    row kind taken from a changelog's ``op`` column (``+I`` for an insert-only stream)."""
+
+    def __init__(self, identifier: str | None = None) -> None:
+        self.identifier = identifier
+
+    def describe(self) -> dict[str, Any]:
+        return {"connector": "print", **({"print-identifier": self.identifier} if self.identifier else {})}
+
+    def write(self, frame: DataFrame) -> int:
+        rows = frame.toArrow()
+        kinds = rows.column(OP).to_pylist() if OP in rows.column_names else ["+I"] * rows.num_rows
+        values = rows.drop_columns([OP]) if OP in rows.column_names else rows
+        prefix = f"{self.identifier}> " if self.identifier else ""
+        lines = [
+            f"{prefix}{kind}[{', '.join(_text(v) for v in row.values())}]"
+            for kind, row in zip(kinds, values.to_pylist(), strict=True)
+        ]
+        if lines:
+            print("\n".join(lines), flush=True)
+        return rows.num_rows
+
+    def stage(self, frame: DataFrame, batch: int) -> tuple[int, Moves]:
+        """Print the micro-batch (standard output cannot take it back: at least once)."""
+        return self.write(frame), []
+
+
+def _text(value: Any) -> str:
+    return "NULL" if value is None else str(value)
+
+
+def print_rows(identifier: str | None = None) -> PrintSink:
+    """Print every row with its row kind, like Flink's ``print`` connector."""
+    return PrintSink(identifier)

@@ -1,0 +1,256 @@
+"""A SQL script as typed statements, parsed by sqlglot (Spark's dialect reads Flink's DDL).
+
+Supported: ``CREATE TABLE … WITH (…)``, ``INSERT INTO … SELECT …``, ``SET 'key' = 'value'``,
+``EXPLAIN INSERT …``, ``EXECUTE STATEMENT SET BEGIN … END`` and, for ``Pipeline.sql``, a
+bare ``SELECT``. Anything else is a :class:`SqlError` naming the statement and its line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from keyflow.errors import PlanError
+
+DIALECT = "spark"  # backticks, Flink's CREATE TABLE … WITH ('k' = 'v'), Spark SQL expressions
+
+
+class SqlError(PlanError):
+    """A statement keyflow cannot run: names the construct, where it is and what to do."""
+
+
+def position(node: exp.Expression | None) -> str:
+    """``line L, column C`` of the first token of ``node`` that the parser located."""
+    if node is None:
+        return "position unknown"
+    for child in node.walk():
+        meta = child.meta if isinstance(child, exp.Expression) else {}
+        if "line" in meta:
+            return f"line {meta['line']}, column {meta['col']}"
+    return "position unknown"
+
+
+@dataclass(frozen=True)
+class ColumnDef:
+    name: str
+    type: str  # Spark SQL type, e.g. "BIGINT", "DECIMAL(10, 2)"
+
+
+@dataclass(frozen=True)
+class CreateTable:
+    name: str
+    columns: tuple[ColumnDef, ...]
+    primary_key: tuple[str, ...]
+    options: dict[str, str]
+    where: str
+
+    @property
+    def column_names(self) -> list[str]:
+        return [column.name for column in self.columns]
+
+
+@dataclass(frozen=True)
+class SetOption:
+    key: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Insert:
+    target: str
+    query: exp.Select
+    explain: bool = False
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class Query:
+    """A bare ``SELECT`` (``Pipeline.sql`` returns its stream)."""
+
+    query: exp.Select
+    where: str = ""
+
+
+Statement = CreateTable | SetOption | Insert | Query
+
+
+@dataclass
+class _Reader:
+    statements: list[Statement] = field(default_factory=list)
+    in_statement_set: bool = False
+
+
+def parse_script(text: str) -> list[Statement]:
+    """Every statement of ``text``, in order."""
+    reader = _Reader()
+    for tree in _parse(text):
+        if tree is None:
+            continue
+        _read(tree, reader)
+    if reader.in_statement_set:
+        raise SqlError("EXECUTE STATEMENT SET BEGIN … has no END; close it with END;")
+    return reader.statements
+
+
+def _parse(text: str) -> list[exp.Expression | None]:
+    try:
+        import logging
+
+        logging.getLogger("sqlglot").setLevel(logging.ERROR)  # EXPLAIN/EXECUTE are read as commands on purpose
+        return list(sqlglot.parse(text, read=DIALECT))
+    except ParseError as error:
+        first = error.errors[0] if error.errors else {}
+        where = f"line {first.get('line', '?')}, column {first.get('col', '?')}"
+        near = f" near {first.get('highlight')!r}" if first.get("highlight") else ""
+        raise SqlError(f"SQL syntax error at {where}{near}: {first.get('description', error)}") from None
+    except TokenError as error:
+        raise SqlError(f"SQL syntax error: {error}") from None
+
+
+def _read(tree: exp.Expression, reader: _Reader) -> None:
+    if isinstance(tree, exp.Command):
+        _command(tree, reader)
+    elif isinstance(tree, exp.EndStatement) or (isinstance(tree, exp.Command) and tree.name.upper() == "END"):
+        if not reader.in_statement_set:
+            raise SqlError("END without EXECUTE STATEMENT SET BEGIN")
+        reader.in_statement_set = False
+    elif isinstance(tree, exp.Create):
+        reader.statements.append(_create_table(tree))
+    elif isinstance(tree, exp.Set):
+        reader.statements.extend(_set(tree))
+    elif isinstance(tree, exp.Insert):
+        reader.statements.append(_insert(tree, explain=False))
+    elif isinstance(tree, exp.Select):
+        reader.statements.append(Query(tree, position(tree)))
+    else:
+        kind = type(tree).__name__.upper()
+        raise SqlError(
+            f"{kind} statement at {position(tree)} is not supported; keyflow runs CREATE TABLE, INSERT INTO … "
+            "SELECT, SET, EXPLAIN and EXECUTE STATEMENT SET"
+        )
+    if reader.in_statement_set and reader.statements and not isinstance(reader.statements[-1], Insert):
+        raise SqlError("a statement set (EXECUTE STATEMENT SET BEGIN … END) holds only INSERT INTO statements")
+
+
+def _command(tree: exp.Command, reader: _Reader) -> None:
+    """``EXPLAIN …`` and ``EXECUTE STATEMENT SET BEGIN …``, which sqlglot leaves as commands."""
+    keyword = tree.name.upper()
+    rest = tree.expression.name if isinstance(tree.expression, exp.Literal) else ""
+    if keyword == "EXPLAIN":
+        explained = [t for t in _parse(rest) if t is not None]
+        if len(explained) != 1 or not isinstance(explained[0], exp.Insert):
+            raise SqlError(f"EXPLAIN takes one INSERT INTO … SELECT statement, got {rest.strip()[:60]!r}")
+        reader.statements.append(_insert(explained[0], explain=True))
+        return
+    words = rest.split(None, 3)
+    if keyword == "EXECUTE" and [w.upper() for w in words[:3]] == ["STATEMENT", "SET", "BEGIN"]:
+        if reader.in_statement_set:
+            raise SqlError("EXECUTE STATEMENT SET BEGIN inside another statement set; close the first with END;")
+        reader.in_statement_set = True
+        for inner in _parse(words[3] if len(words) > 3 else ""):
+            if inner is not None:
+                _read(inner, reader)
+        return
+    if keyword == "END":
+        _read(exp.EndStatement(), reader)
+        return
+    raise SqlError(
+        f"{keyword} {rest.strip()[:40]} … is not supported; keyflow runs CREATE TABLE, INSERT INTO … SELECT, SET, "
+        "EXPLAIN and EXECUTE STATEMENT SET"
+    )
+
+
+def _create_table(tree: exp.Create) -> CreateTable:
+    if tree.kind != "TABLE" or not isinstance(tree.this, exp.Schema):
+        raise SqlError(
+            f"CREATE {tree.kind} at {position(tree)} is not supported; declare CREATE TABLE name (…) WITH (…)"
+        )
+    name = tree.this.this.name
+    where = f"table {name!r}"
+    columns, primary_key = [], ()
+    for item in tree.this.expressions:
+        if isinstance(item, exp.ColumnDef):
+            kind = item.args.get("kind")
+            if kind is None:
+                raise SqlError(f"{where}: column {item.name!r} has no type ({position(item)})")
+            columns.append(ColumnDef(item.name, spark_type(kind)))
+        elif isinstance(item, exp.PrimaryKey):
+            primary_key = tuple(key.name for key in item.expressions)
+            if "NOT ENFORCED" not in item.sql(dialect=DIALECT).upper():
+                raise SqlError(
+                    f"{where}: PRIMARY KEY ({', '.join(primary_key)}) must be declared NOT ENFORCED, as in Flink "
+                    "(keyflow does not check uniqueness; it routes and keeps state by the key)"
+                )
+        else:
+            raise SqlError(
+                f"{where}: {item.sql(dialect=DIALECT)!r} ({position(item)}) is not supported in CREATE TABLE"
+            )
+    names = [column.name for column in columns]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise SqlError(f"{where}: column(s) {twice} declared twice")
+    missing = [key for key in primary_key if key not in names]
+    if missing:
+        raise SqlError(f"{where}: PRIMARY KEY column(s) {missing} are not columns of the table {names}")
+    options: dict[str, str] = {}
+    properties = tree.args.get("properties")
+    for prop in properties.expressions if properties else []:
+        if not isinstance(prop, exp.Property):
+            raise SqlError(
+                f"{where}: {prop.sql(dialect=DIALECT)!r} is not supported; give options in WITH ('key' = 'value')"
+            )
+        key, value = _literal(prop.this), _literal(prop.args.get("value"))
+        options[key] = value
+    if not options.get("connector"):
+        raise SqlError(f"{where} has no connector; add WITH ('connector' = 'filesystem', …) (or datagen, log, …)")
+    return CreateTable(name, tuple(columns), primary_key, options, where)
+
+
+def spark_type(kind: exp.DataType) -> str:
+    """The Spark SQL type of a declared column type (CHAR/VARCHAR are strings in Spark)."""
+    if kind.this in (exp.DType.VARCHAR, exp.DType.CHAR, exp.DType.TEXT, exp.DType.NVARCHAR, exp.DType.NCHAR):
+        return "STRING"
+    return kind.sql(dialect=DIALECT)
+
+
+def _literal(node: Any) -> str:
+    if isinstance(node, exp.Literal):
+        return str(node.this)
+    if isinstance(node, (exp.Identifier, exp.Var, exp.Column)):
+        return str(node.name)
+    if isinstance(node, exp.Boolean):
+        return "true" if node.this else "false"
+    return str(node.sql(dialect=DIALECT)) if isinstance(node, exp.Expression) else str(node)
+
+
+def _set(tree: exp.Set) -> list[SetOption]:
+    found = []
+    for item in tree.expressions:
+        assignment = item.this if isinstance(item, exp.SetItem) else item
+        if not isinstance(assignment, exp.EQ):
+            raise SqlError(f"SET {item.sql(dialect=DIALECT)!r} is not 'key' = 'value'; write SET 'key' = 'value';")
+        key = (
+            assignment.this.sql(dialect=DIALECT) if isinstance(assignment.this, exp.Dot) else _literal(assignment.this)
+        )
+        found.append(SetOption(key.replace("`", ""), _literal(assignment.expression)))
+    return found
+
+
+def _insert(tree: exp.Insert, explain: bool) -> Insert:
+    target = tree.this
+    if isinstance(target, exp.Schema):
+        raise SqlError(
+            f"INSERT INTO {target.this.name} ({', '.join(c.name for c in target.expressions)}) at {position(tree)}: a "
+            "column list is not supported; select the sink's columns in its order"
+        )
+    if not isinstance(target, exp.Table):
+        raise SqlError(f"INSERT at {position(tree)} must name a table: INSERT INTO sink SELECT …")
+    query = tree.expression
+    if not isinstance(query, exp.Select):
+        construct = type(query).__name__.upper() if query is not None else "nothing"
+        raise SqlError(f"INSERT INTO {target.name} reads {construct} at {position(query)}; keyflow supports SELECT …")
+    return Insert(target.name, query, explain, position(tree))

@@ -1,0 +1,141 @@
+"""Build keyflow's sources and sinks from ``CREATE TABLE … WITH (…)``, options checked first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keyflow.changelog import OP
+from keyflow.connectors.base import Sink, Source
+from keyflow.sql.options import (
+    check_options,
+    choice_option,
+    flag_option,
+    float_option,
+    int_option,
+)
+from keyflow.sql.statements import CreateTable, SqlError
+
+FLINK_DATAGEN_RATE = 10_000.0  # Flink's rows-per-second default for an unbounded datagen
+_INTEGERS = ("TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT")
+
+
+def quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def schema_ddl(table: CreateTable) -> str:
+    return ", ".join(f"{quoted(column.name)} {column.type}" for column in table.columns)
+
+
+def source_of(table: CreateTable) -> Source:
+    """The source reading ``table``."""
+    spec = check_options(table)
+    if not spec.source:
+        raise SqlError(f"{table.where} (connector {spec.name!r}) can only be written to, not read FROM")
+    if spec.name == "datagen":
+        return _datagen(table)
+    if spec.name == "filesystem":
+        from keyflow.connectors.files import files
+
+        format = choice_option(table, "format", ("parquet", "json", "csv"), "parquet")
+        options = {}
+        per_batch = int_option(table, "source.max-files-per-batch", minimum=1)
+        if per_batch is not None:
+            options["maxFilesPerTrigger"] = str(per_batch)
+        return files(table.options["path"], format, schema_ddl(table), flag_option(table, "source.watch"), **options)
+    return _log(table, "upsert" if spec.name == "upsert-log" else None)
+
+
+def sink_of(table: CreateTable) -> Sink:
+    """The sink writing ``table``."""
+    spec = check_options(table)
+    if not spec.sink:
+        raise SqlError(f"{table.where} (connector {spec.name!r}) can only be read FROM, not written to")
+    if spec.name == "filesystem":
+        from keyflow.connectors.files import FileSink
+
+        format = choice_option(table, "format", ("parquet", "json", "csv"), "parquet")
+        return FileSink(table.options["path"], format, {})
+    from keyflow.connectors.console import blackhole, print_rows
+
+    return print_rows(table.options.get("print-identifier")) if spec.name == "print" else blackhole()
+
+
+def _log(table: CreateTable, mode: str | None) -> Source:
+    from keyflow.connectors.streams import log
+
+    if mode is None:
+        mode = "all" if choice_option(table, "format", ("arrow", "changelog"), "arrow") == "changelog" else "insert"
+    if mode == "upsert" and not table.primary_key:
+        raise SqlError(
+            f"{table.where} (connector 'upsert-log') needs a primary key: a row replaces the row of its key; "
+            "declare PRIMARY KEY (…) NOT ENFORCED"
+        )
+    source = log(table.options["path"], int_option(table, "scan.rows-per-batch", 1), mode, table.primary_key)
+    stored = [name for name in source.schema.names if name != OP]
+    if stored != table.column_names:
+        raise SqlError(
+            f"{table.where}: the log at {table.options['path']} has columns {stored}, the table declares "
+            f"{table.column_names}; declare the log's columns in its order"
+        )
+    return source
+
+
+def _datagen(table: CreateTable) -> Source:
+    from keyflow.connectors.datagen import datagen
+
+    fields, ends = {}, []
+    for column in table.columns:
+        fields[column.name], end = _field(table, column.name, column.type.upper())
+        if end is not None:
+            ends.append(end)
+    rows = int_option(table, "number-of-rows")
+    rate = float_option(table, "rows-per-second")
+    if rows is None and ends and len(ends) == len(fields):
+        rows = min(ends)  # Flink: a datagen of bounded sequences ends with the shortest
+    if rows is None and rate is None:
+        rate = FLINK_DATAGEN_RATE
+    return datagen(rows, fields, int_option(table, "seed") or 0, rate, int_option(table, "scan.rows-per-batch", 1))
+
+
+def _field(table: CreateTable, column: str, kind: str) -> tuple[Any, int | None]:
+    """The generator of one column and, for a sequence with an end, how many rows it has."""
+    from keyflow.connectors import datagen as gen
+
+    def option(name: str) -> str | None:
+        return table.options.get(f"fields.{column}.{name}")
+
+    def number(name: str, default: float) -> float:
+        value = float_option(table, f"fields.{column}.{name}")
+        return default if value is None else value
+
+    generator = (option("kind") or "random").strip().lower()
+    integer = kind.split("(")[0] in _INTEGERS
+    if generator == "sequence":
+        start = int(number("start", 0))
+        end = option("end")
+        if kind.startswith("TIMESTAMP"):
+            return gen.timestamp(step_ms=1000), None if end is None else int(end) - start + 1
+        return gen.sequence(start), None if end is None else int(number("end", 0)) - start + 1
+    if generator == "zipf":
+        return gen.zipf(int(number("max", 1000)), number("exponent", 1.1), option("prefix")), None
+    if generator != "random":
+        raise SqlError(
+            f"{table.where}: 'fields.{column}.kind' = '{generator}' is invalid; choose random, sequence or zipf"
+        )
+    if option("values") is not None:
+        return gen.choice([value.strip() for value in str(option("values")).split(",")]), None
+    if integer:
+        return gen.random_int(int(number("min", 0)), int(number("max", 1_000_000))), None
+    if kind.startswith(("DOUBLE", "FLOAT", "REAL", "DECIMAL")):
+        return gen.random_float(number("min", 0.0), number("max", 1000.0)), None
+    if kind in ("STRING",):
+        return gen.random_string(int(number("length", 16))), None
+    if kind == "BOOLEAN":
+        return gen.choice([True, False]), None
+    if kind.startswith(("TIMESTAMP", "DATE")):
+        return gen.timestamp(step_ms=1000), None
+    raise SqlError(
+        f"{table.where}: datagen cannot generate column {column!r} of type {kind}; generate a supported type "
+        "(integers, DOUBLE, DECIMAL, STRING, BOOLEAN, TIMESTAMP, DATE) and cast it in the query"
+    )
