@@ -67,7 +67,7 @@ class Pipeline:
         node_id = self.add(
             nodes.SourceNode, (), label, checked, explicit_uid=None if uid is None else check_uid(uid), source=source
         )
-        if getattr(source, "changelog_mode", "insert") != "insert" and source.primary_key:
+        if getattr(source, "changelog_mode", "insert") != "insert" and getattr(source, "primary_key", ()):
             node_id = self._normalized(node_id, source, label, checked)
         return Stream(self, node_id)
 
@@ -97,7 +97,7 @@ class Pipeline:
         return node_id
 
     @property
-    def nodes(self) -> Mapping[int, nodes.Node]:
+    def operators(self) -> Mapping[int, nodes.Node]:
         """Every operator added so far, by id."""
         return self._nodes
 

@@ -149,7 +149,7 @@ class Stream:
     @property
     def is_changelog(self) -> bool:
         """Whether rows carry row kinds in ``op`` (+I, -U, +U, -D): see ``keyflow.changelog``."""
-        return nodes.emits_changelog(self.pipeline._nodes, self.node_id)
+        return nodes.emits_changelog(self.pipeline.operators, self.node_id)
 
     def to_arrow(self) -> pa.Table:
         """Run the pipeline up to this stream (bounded sources) and return its rows."""
@@ -188,7 +188,7 @@ class KeyedStream:
         clash = set(aggregations) & set(self.keys)
         if clash:
             raise PlanError(f"aggregate output {sorted(clash)} has the name of a key column; rename the aggregate")
-        changelog = nodes.emits_changelog(self._stream.pipeline._nodes, self._stream.node_id)
+        changelog = nodes.emits_changelog(self._stream.pipeline.operators, self._stream.node_id)
         return self._stream._then(
             nodes.AggregateNode,
             "aggregate",

@@ -73,7 +73,7 @@ def plan_script(pipeline: Pipeline, text: str) -> Planned:
         elif isinstance(statement, Insert):
             sink_id = _insert(pipeline, catalog, statement)
             if statement.explain:
-                planned.explained.append(compile_plan(pipeline.nodes, (sink_id,), pipeline.config).graph.render())
+                planned.explained.append(compile_plan(pipeline.operators, (sink_id,), pipeline.config).graph.render())
             else:
                 pipeline.add_sink(sink_id)
                 planned.inserts += 1
@@ -118,8 +118,8 @@ def _select(pipeline: Pipeline, catalog: Catalog, query: exp.Select, into: str) 
     Its operators are named after ``into`` (the sink table), so their ids stay stable."""
     for arg, construct in _UNSUPPORTED.items():
         if query.args.get(arg):
-            raise SqlError(f"{construct} at {position(query.args[arg] if arg != 'distinct' else query)} is not supported "
-                           f"in keyflow SQL{_HINTS.get(arg, '')}")  # fmt: skip
+            at = position(query.args[arg] if arg != "distinct" else query)
+            raise SqlError(f"{construct} at {at} is not supported in keyflow SQL{_HINTS.get(arg, '')}")
     source = query.args.get("from_") or query.args.get("from")
     if source is None or not isinstance(source.this, exp.Table) or not source.this.name:
         raise SqlError(f"SELECT at {position(query)} must read FROM one table (subqueries and table functions are "
@@ -293,5 +293,5 @@ def _replace_aggregates(expression: exp.Expression, calls: dict[str, str]) -> ex
 
 
 def _unbounded(pipeline: Pipeline, node_id: int) -> bool:
-    needed = nodes.upstream(pipeline.nodes, [node_id])
+    needed = nodes.upstream(pipeline.operators, [node_id])
     return any(getattr(n.source, "unbounded", False) for n in needed if isinstance(n, nodes.SourceNode))

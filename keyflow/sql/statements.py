@@ -96,7 +96,7 @@ def parse_script(text: str) -> list[Statement]:
     return reader.statements
 
 
-def _parse(text: str) -> list[exp.Expression | None]:
+def _parse(text: str) -> list[Any]:
     try:
         import logging
 
@@ -171,7 +171,8 @@ def _create_table(tree: exp.Create) -> CreateTable:
         )
     name = tree.this.this.name
     where = f"table {name!r}"
-    columns, primary_key = [], ()
+    columns: list[ColumnDef] = []
+    primary_key: tuple[str, ...] = ()
     for item in tree.this.expressions:
         if isinstance(item, exp.ColumnDef):
             kind = item.args.get("kind")
@@ -203,8 +204,7 @@ def _create_table(tree: exp.Create) -> CreateTable:
             raise SqlError(
                 f"{where}: {prop.sql(dialect=DIALECT)!r} is not supported; give options in WITH ('key' = 'value')"
             )
-        key, value = _literal(prop.this), _literal(prop.args.get("value"))
-        options[key] = value
+        options[_literal(prop.this)] = _literal(prop.args.get("value"))
     if not options.get("connector"):
         raise SqlError(f"{where} has no connector; add WITH ('connector' = 'filesystem', …) (or datagen, log, …)")
     return CreateTable(name, tuple(columns), primary_key, options, where)

@@ -1,0 +1,256 @@
+"""SQL pipelines on real Spark over real files, each answer compared with DuckDB's on the same files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from keyflow import Pipeline
+from keyflow.cli.app import app
+from tests.pipelines import TEST_SPARK
+
+runner = CliRunner()
+
+
+def write_orders(directory: Path, rows: int = 6_000, seed: int = 11) -> Path:
+    """Orders in three Parquet files (users skewed, some null amounts), for Spark and DuckDB alike."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame(
+        {
+            "order_id": np.arange(rows, dtype=np.int64),
+            "user_id": [f"user-{n}" for n in np.minimum(rng.zipf(1.3, rows), 400)],
+            "amount": np.round(rng.uniform(-20, 500, rows), 2),
+            "qty": rng.integers(1, 9, rows).astype(np.int32),
+            "country": rng.choice(["DE", "FR", "US", "JP"], rows),
+        }
+    )
+    frame.loc[frame.index % 37 == 0, "amount"] = None
+    directory.mkdir(parents=True, exist_ok=True)
+    for part, start in enumerate(range(0, rows, -(-rows // 3))):
+        frame.iloc[start : start + -(-rows // 3)].to_parquet(directory / f"part-{part}.parquet", index=False)
+    return directory
+
+
+ORDERS_DDL = """
+CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, qty INT, country STRING)
+WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'parquet'{scan});
+"""
+
+PER_USER = """
+SELECT user_id, COUNT(*) AS orders, SUM(amount) AS revenue, AVG(amount) AS mean, MIN(qty) AS smallest,
+       MAX(amount) AS largest, COUNT(DISTINCT country) AS countries, SUM(qty) * 2 AS doubled
+FROM orders
+WHERE qty > 1
+GROUP BY user_id
+HAVING COUNT(*) > 2
+"""
+
+
+def pipeline(parallelism: int = 2, **config: object) -> Pipeline:
+    return Pipeline(parallelism=parallelism, config={**TEST_SPARK, **config})
+
+
+def sorted_frame(frame: pd.DataFrame, by: str) -> pd.DataFrame:
+    return frame.sort_values(by).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("scan_parallelism", [1, 3, None])
+def test_group_by_equals_duckdb_at_each_scan_parallelism(tmp_path: Path, scan_parallelism: int | None) -> None:
+    files = write_orders(tmp_path / "orders")
+    scan = "" if scan_parallelism is None else f", 'scan.parallelism' = '{scan_parallelism}'"
+    p = pipeline()
+    p.sql(
+        ORDERS_DDL.format(path=files, scan=scan)
+        + f"""
+        CREATE TABLE per_user (user_id STRING, orders BIGINT, revenue DOUBLE, mean DOUBLE, smallest INT,
+                               largest DOUBLE, countries BIGINT, doubled BIGINT)
+        WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "out"}', 'format' = 'parquet');
+        INSERT INTO per_user {PER_USER};
+        """
+    )
+    graph = p.plan()
+    assert graph.vertices[0].parallelism == (scan_parallelism or 2)
+    assert all(v.parallelism == 2 for v in graph.vertices[1:])  # the operators keep the default
+    if scan_parallelism not in (None, 2):
+        assert graph.edges[0].partitioner.value == "rebalance"  # insert-only source: rebalanced
+    p.run()
+    got = sorted_frame(pd.read_parquet(tmp_path / "out"), "user_id")
+    expected = duckdb.sql(PER_USER.replace("FROM orders", f"FROM '{files}/*.parquet'")).df()
+    expected = sorted_frame(expected, "user_id")
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False, rtol=1e-9)
+
+
+def test_projection_and_filter_equal_duckdb_in_json_and_csv(tmp_path: Path) -> None:
+    files = write_orders(tmp_path / "orders", rows=2_000)
+    query = (
+        "SELECT order_id, UPPER(country) AS country, amount * qty AS total, CASE WHEN qty > 4 THEN 'big' "
+        "ELSE 'small' END AS size FROM orders WHERE amount IS NOT NULL AND country <> 'JP'"
+    )
+    p = pipeline()
+    p.sql(
+        ORDERS_DDL.format(path=files, scan=", 'scan.parallelism' = '3'")
+        + f"""
+        CREATE TABLE as_json (order_id BIGINT, country STRING, total DOUBLE, size STRING)
+        WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "json"}', 'format' = 'json', 'sink.parallelism' = '1');
+        CREATE TABLE as_csv (order_id BIGINT, country STRING, total DOUBLE, size STRING)
+        WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "csv"}', 'format' = 'csv');
+        EXECUTE STATEMENT SET BEGIN
+            INSERT INTO as_json {query};
+            INSERT INTO as_csv {query};
+        END;
+        """
+    )
+    graph = p.plan()
+    assert sum(op.kind == "source" for op in graph.operators) == 1  # both INSERTs read one source
+    p.run()
+    expected = sorted_frame(duckdb.sql(query.replace("FROM orders", f"FROM '{files}/*.parquet'")).df(), "order_id")
+    from_json = duckdb.sql(f"SELECT * FROM read_json_auto('{tmp_path / 'json'}/*.json')").df()
+    from_csv = duckdb.sql(f"SELECT * FROM read_csv_auto('{tmp_path / 'csv'}/*.csv', header=true)").df()
+    for got in (from_json, from_csv):
+        pd.testing.assert_frame_equal(sorted_frame(got, "order_id"), expected, check_dtype=False, rtol=1e-9)
+
+
+def test_datagen_rows_follow_the_flink_options(tmp_path: Path) -> None:
+    p = pipeline()
+    p.sql(
+        f"""
+        CREATE TABLE numbers (id BIGINT, k INT, price DOUBLE, tag STRING) WITH (
+            'connector' = 'datagen', 'number-of-rows' = '5000', 'scan.parallelism' = '3',
+            'fields.id.kind' = 'sequence', 'fields.id.start' = '100',
+            'fields.k.min' = '1', 'fields.k.max' = '20', 'fields.price.min' = '5', 'fields.price.max' = '6',
+            'fields.tag.length' = '4');
+        CREATE TABLE out (id BIGINT, k INT, price DOUBLE, tag STRING)
+        WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "out"}', 'format' = 'parquet');
+        INSERT INTO out SELECT * FROM numbers;
+        """
+    )
+    p.run()
+    stats = duckdb.sql(
+        f"SELECT COUNT(*), MIN(id), MAX(id), COUNT(DISTINCT id), MIN(k), MAX(k), MIN(price), MAX(price), "
+        f"MAX(LENGTH(tag)), typeof(ANY_VALUE(k)) FROM '{tmp_path / 'out'}/*.parquet'"
+    ).fetchall()[0]
+    assert stats == (5000, 100, 5099, 5000, 1, 20, pytest.approx(5, abs=0.01), pytest.approx(6, abs=0.01), 4, "INTEGER")
+
+
+def test_sink_routed_by_primary_key_holds_whole_keys_per_file(tmp_path: Path) -> None:
+    """table.exec.sink.keyed-shuffle AUTO: sink parallelism 3 differs from its input's 2, so
+    rows reach the sink by the primary key's key group: every key is in exactly one file."""
+    files = write_orders(tmp_path / "orders", rows=3_000)
+    script = ORDERS_DDL.format(path=files, scan="") + (
+        f"CREATE TABLE copy (order_id BIGINT, user_id STRING, PRIMARY KEY (user_id) NOT ENFORCED) WITH ("
+        f"'connector' = 'filesystem', 'path' = '{tmp_path / 'out'}', 'format' = 'parquet', "
+        "'sink.parallelism' = '3'); INSERT INTO copy SELECT order_id, user_id FROM orders;"
+    )
+    p = pipeline()
+    p.sql(script)
+    sink_edge = p.plan().edges[-1]
+    assert (sink_edge.partitioner.value, sink_edge.keys) == ("hash", ("user_id",))
+    p.run()
+    parts = sorted((tmp_path / "out").glob("part-*.parquet"))
+    owners: dict[str, set[int]] = {}
+    for index, part in enumerate(parts):
+        for user in set(pq.read_table(part).column("user_id").to_pylist()):
+            owners.setdefault(user, set()).add(index)
+    assert len(parts) == 3
+    assert all(len(files_of_user) == 1 for files_of_user in owners.values())
+    assert sum(pq.read_table(part).num_rows for part in parts) == 3_000
+
+
+@pytest.mark.parametrize(
+    ("mode", "sink_parallelism", "partitioner"),
+    [
+        ("AUTO", 2, "forward"),
+        ("AUTO", 3, "hash"),
+        ("FORCE", 2, "hash"),
+        ("FORCE", 1, "rebalance"),
+        ("NONE", 3, "rebalance"),
+    ],
+)
+def test_keyed_shuffle_modes_follow_flink(tmp_path: Path, mode: str, sink_parallelism: int, partitioner: str) -> None:
+    p = pipeline(**{"table.exec.sink.keyed-shuffle": mode.lower()})
+    p.sql(
+        ORDERS_DDL.format(path=tmp_path, scan="")
+        + "CREATE TABLE out (user_id STRING, PRIMARY KEY (user_id) NOT ENFORCED) WITH ('connector' = 'blackhole', "
+        f"'sink.parallelism' = '{sink_parallelism}'); INSERT INTO out SELECT user_id FROM orders;"
+    )
+    (sink,) = [operator for operator in p.plan().operators if operator.kind == "sink"]
+    assert sink.input_partitioner == partitioner
+
+
+def test_set_configures_the_job_and_conf_wins(tmp_path: Path) -> None:
+    files = write_orders(tmp_path / "orders", rows=500)
+    script = tmp_path / "job.sql"
+    script.write_text(
+        "SET 'pipeline.name' = 'from-sql';\nSET 'parallelism.default' = '3';\nSET 'spark.master' = 'local[2]';\n"
+        "SET 'pipeline.progress' = 'off';\n"
+        + ORDERS_DDL.format(path=files, scan="")
+        + f"CREATE TABLE out (c BIGINT) WITH ('connector' = 'filesystem', 'path' = '{tmp_path / 'out'}', "
+        "'format' = 'parquet'); INSERT INTO out SELECT order_id FROM orders;"
+    )
+    result = runner.invoke(app, ["sql", str(script), "--json", "--conf", "parallelism.default=1"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output.strip().splitlines()[-1])
+    assert report["plan"]["name"] == "from-sql"
+    assert report["plan"]["default_parallelism"] == 1  # --conf wins over SET
+    assert report["sinks"][0]["rows"] == 500
+
+
+def test_explain_prints_the_plan_and_runs_nothing(tmp_path: Path) -> None:
+    script = tmp_path / "explain.sql"
+    script.write_text(
+        ORDERS_DDL.format(path=tmp_path / "nowhere", scan=", 'scan.parallelism' = '3'")
+        + f"CREATE TABLE out (user_id STRING, n BIGINT) WITH ('connector' = 'filesystem', 'path' = "
+        f"'{tmp_path / 'out'}', 'format' = 'parquet');\n"
+        "EXPLAIN INSERT INTO out SELECT user_id, COUNT(*) FROM orders GROUP BY user_id;"
+    )
+    result = runner.invoke(app, ["sql", str(script), "-p", "2"])
+    assert result.exit_code == 0, result.output
+    assert "[0] parallelism 3: orders" in result.output
+    assert "[1] parallelism 2: aggregate (out)" in result.output
+    assert "<- [0] hash by user_id" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_print_sink_shows_rows_like_flink(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    pd.DataFrame({"k": [1, 2], "v": ["a", None]}).to_parquet(tmp_path / "in" / "x.parquet")
+    script = tmp_path / "print.sql"
+    script.write_text(
+        f"SET 'spark.master' = 'local[2]'; SET 'pipeline.progress' = 'off';"
+        f"CREATE TABLE t (k BIGINT, v STRING) WITH ('connector' = 'filesystem', 'path' = '{tmp_path / 'in'}', "
+        "'format' = 'parquet'); CREATE TABLE p (k BIGINT, v STRING) WITH ('connector' = 'print', "
+        "'print-identifier' = 'rows', 'sink.parallelism' = '1'); INSERT INTO p SELECT k, v FROM t;"
+    )
+    result = runner.invoke(app, ["sql", str(script), "-p", "1"])
+    assert result.exit_code == 0, result.output
+    assert "rows> +I[1, a]" in result.output
+    assert "rows> +I[2, NULL]" in result.output
+
+
+def test_python_and_sql_mix_in_one_pipeline(tmp_path: Path) -> None:
+    files = write_orders(tmp_path / "orders", rows=1_500)
+    p = pipeline()
+    p.sql(ORDERS_DDL.format(path=files, scan=""))
+    big = p.sql("SELECT user_id, amount FROM orders WHERE amount > 100")
+    assert big is not None
+    per_user = big.key_by("user_id").aggregate(total="sum(amount)")
+    p.create_temporary_view("per_user", per_user)
+    p.sql(
+        f"CREATE TABLE out (user_id STRING, total DOUBLE) WITH ('connector' = 'filesystem', "
+        f"'path' = '{tmp_path / 'out'}', 'format' = 'parquet');"
+        "INSERT INTO out SELECT user_id, total FROM per_user WHERE total > 1000;"
+    )
+    p.run()
+    got = sorted_frame(pd.read_parquet(tmp_path / "out"), "user_id")
+    expected = duckdb.sql(
+        f"SELECT user_id, SUM(amount) AS total FROM '{files}/*.parquet' WHERE amount > 100 GROUP BY user_id "
+        "HAVING SUM(amount) > 1000"
+    ).df()
+    pd.testing.assert_frame_equal(got, sorted_frame(expected, "user_id"), check_dtype=False, rtol=1e-9)
