@@ -23,8 +23,10 @@ class SqlError(PlanError):
     """A statement keyflow cannot run: names the construct, where it is and what to do."""
 
 
-def position(node: exp.Expression | None) -> str:
+def position(node: exp.Expression | list[exp.Expression] | None) -> str:
     """``line L, column C`` of the first token of ``node`` that the parser located."""
+    if isinstance(node, list):
+        node = node[0] if node else None
     if node is None:
         return "position unknown"
     for child in node.walk():

@@ -1,0 +1,222 @@
+"""Every SQL mistake is one error naming the thing, the value and the fix; nothing runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from keyflow import Log, Pipeline
+from keyflow.cli.app import app
+from keyflow.errors import PlanError
+from keyflow.sql.statements import SqlError
+from tests.pipelines import TEST_SPARK
+
+runner = CliRunner()
+ORDERS = (
+    "CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE) "
+    "WITH ('connector' = 'filesystem', 'path' = '/tmp/in', 'format' = 'parquet'{extra});\n"
+)
+OUT = "CREATE TABLE out (user_id STRING, total DOUBLE) WITH ('connector' = 'blackhole'{extra});\n"
+
+
+def plan(script: str, **config: object) -> Pipeline:
+    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, **config})
+    pipeline.sql(script)
+    pipeline.plan()
+    return pipeline
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        (
+            ORDERS.format(extra=", 'scan.paralelism' = '3'"),
+            r"table 'orders': connector 'filesystem' has no option 'scan.paralelism'; did you mean "
+            r"'scan.parallelism'\? its options: connector, path, format, source.watch",
+        ),
+        (
+            "CREATE TABLE t (a INT) WITH ('connector' = 'kafkaa');",
+            r"table 't': connector 'kafkaa' is unknown; keyflow has datagen, filesystem, log, upsert-log, print",
+        ),
+        (
+            "CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'fields.b.min' = '1');",
+            r"table 't': option 'fields.b.min' names column 'b', not one of \['a'\]",
+        ),
+        (
+            "CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'fields.a.mx' = '1');",
+            r"has no option 'fields.a.mx'; did you mean 'fields.a.max'\?",
+        ),
+        (
+            ORDERS.format(extra=", 'source.monitor-interval' = '1 s'"),
+            r"option 'source.monitor-interval' is not supported: keyflow watches a directory with 'source.watch'",
+        ),
+        ("CREATE TABLE t (a INT);", r"table 't' has no connector; add WITH \('connector' = 'filesystem'"),
+        (
+            "CREATE TABLE t (a INT, PRIMARY KEY (a)) WITH ('connector' = 'blackhole');",
+            r"table 't': PRIMARY KEY \(a\) must be declared NOT ENFORCED, as in Flink",
+        ),
+        (
+            "CREATE TABLE t (a INT, PRIMARY KEY (b) NOT ENFORCED) WITH ('connector' = 'blackhole');",
+            r"table 't': PRIMARY KEY column\(s\) \['b'\] are not columns of the table \['a'\]",
+        ),
+        ("DROP TABLE orders;", r"DROP statement at line 1, column \d+ is not supported; keyflow runs CREATE TABLE"),
+        ("SELEC 1;", r"SQL syntax error at line 1, column \d+"),
+        (
+            ORDERS.format(extra="") + "INSERT INTO nowhere SELECT user_id, amount FROM orders;",
+            r"INSERT INTO nowhere \(line 2, column \d+\): no table 'nowhere'; declare it with CREATE TABLE nowhere",
+        ),
+        (
+            OUT.format(extra="") + "INSERT INTO out SELECT user_id, amount FROM missing;",
+            r"no table 'missing' to read FROM \(declared: out\); declare it with CREATE TABLE",
+        ),
+        (
+            ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT user_id FROM orders;",
+            r"INSERT INTO out \(line 3, column \d+\) selects 1 column\(s\) \['user_id'\]; the table has 2: "
+            r"\['user_id', 'total'\]; select them in that order",
+        ),
+        (
+            ORDERS.format(extra="")
+            + OUT.format(extra="")
+            + "INSERT INTO out\nSELECT o.user_id, o.amount FROM orders o JOIN orders p ON o.order_id = p.order_id;",
+            r"JOIN at line 4, column \d+ is not supported in keyflow SQL",
+        ),
+        (
+            ORDERS.format(extra="")
+            + OUT.format(extra="")
+            + "INSERT INTO out SELECT user_id, SUM(amount) OVER (PARTITION BY user_id) FROM orders;",
+            r"OVER \(window\) at line 3, column \d+ is not supported in keyflow SQL",
+        ),
+        (
+            ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT user_id, amount FROM orders "
+            "ORDER BY amount;",
+            r"ORDER BY at line 3, column \d+ is not supported in keyflow SQL; a stream has no order",
+        ),
+        (
+            ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT user_id, amount FROM orders "
+            "GROUP BY user_id;",
+            r"column 'amount' at line 3, column \d+ is neither in GROUP BY nor inside an aggregate function",
+        ),
+        (
+            ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT user_id, STDDEV(amount) FROM "
+            "orders GROUP BY user_id;",
+            r"aggregate STDDEV\(amount\) at line 3, column \d+ is not supported; keyflow SQL aggregates with COUNT",
+        ),
+        (
+            ORDERS.format(extra="")
+            + OUT.format(extra="")
+            + "INSERT INTO out SELECT user_id, amount FROM orders;INSERT INTO out SELECT user_id, amount FROM orders;",
+            r"table 'out' is written by two INSERT statements; write each sink table once",
+        ),
+        (
+            OUT.format(extra="") + "INSERT INTO out SELECT user_id, total FROM out;",
+            r"table 'out' \(connector 'blackhole'\) can only be written to, not read FROM",
+        ),
+        (
+            "EXECUTE STATEMENT SET BEGIN " + ORDERS.format(extra="") + "END;",
+            r"a statement set \(EXECUTE STATEMENT SET BEGIN … END\) holds only INSERT INTO statements",
+        ),
+    ],
+)
+def test_sql_mistakes_are_one_clear_error(script: str, message: str) -> None:
+    with pytest.raises(SqlError, match=message):
+        plan(script)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", r"table 'orders': 'scan.parallelism' = '0' must be at least 1; set 'scan.parallelism' to a whole number"),
+        ("three", r"table 'orders': 'scan.parallelism' = 'three' is not an integer; set 'scan.parallelism'"),
+        ("200", r"'scan.parallelism' = '200' is above pipeline.max-parallelism 128; set 'scan.parallelism' to a whole "
+                r"number from 1 to 128, or remove it to use parallelism.default, or raise pipeline.max-parallelism"),
+    ],
+)  # fmt: skip
+def test_invalid_scan_parallelism_names_table_option_value_and_fix(value: str, message: str) -> None:
+    script = ORDERS.format(extra=f", 'scan.parallelism' = '{value}'") + OUT.format(extra="")
+    with pytest.raises(SqlError, match=message):
+        plan(script + "INSERT INTO out SELECT user_id, amount FROM orders;", **{"pipeline.max-parallelism": 128})
+
+
+def test_invalid_sink_parallelism_is_refused() -> None:
+    script = ORDERS.format(extra="") + OUT.format(extra=", 'sink.parallelism' = '-1'")
+    with pytest.raises(SqlError, match=r"table 'out': 'sink.parallelism' = '-1' must be at least 1"):
+        plan(script + "INSERT INTO out SELECT user_id, amount FROM orders;")
+
+
+def changelog_log(path: Path) -> str:
+    schema = pa.schema(
+        [("order_id", pa.int64()), ("user_id", pa.string()), ("amount", pa.float64()), ("op", pa.string())]
+    )
+    Log.create(path, 2, schema)
+    return str(path)
+
+
+def test_changelog_source_at_another_parallelism_needs_a_primary_key(tmp_path: Path) -> None:
+    path = changelog_log(tmp_path / "log")
+    script = (
+        "CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE) WITH ('connector' = 'log', "
+        f"'path' = '{path}', 'format' = 'changelog', 'scan.parallelism' = '3');"
+        + OUT.format(extra="")
+        + "INSERT INTO out SELECT user_id, amount FROM orders;"
+    )
+    with pytest.raises(SqlError, match=r"table 'orders' is a changelog read at 'scan.parallelism' = '3', not the "
+                       r"default 2: .* declare PRIMARY KEY \(…\) NOT ENFORCED on the table"):  # fmt: skip
+        plan(script)
+    plan(script.replace("amount DOUBLE)", "amount DOUBLE, PRIMARY KEY (order_id) NOT ENFORCED)"))  # keyed: fine
+
+
+def test_changelog_into_a_sink_of_another_parallelism_needs_a_primary_key(tmp_path: Path) -> None:
+    path = changelog_log(tmp_path / "log")
+    script = (
+        "CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, PRIMARY KEY (order_id) NOT ENFORCED) "
+        f"WITH ('connector' = 'log', 'path' = '{path}', 'format' = 'changelog');"
+        + OUT.format(extra=", 'sink.parallelism' = '3'")
+        + "INSERT INTO out SELECT user_id, amount FROM orders;"
+    )
+    message = r"sink 'sink: out' runs at parallelism 3 and its input 'to out' at 2, and the input is a changelog: "
+    with pytest.raises(PlanError, match=message + r".*declare PRIMARY KEY \(...\) NOT ENFORCED on the sink table"):
+        plan(script)
+    keyed = plan(script.replace("total DOUBLE)", "total DOUBLE, PRIMARY KEY (user_id) NOT ENFORCED)"))
+    (sink,) = [operator for operator in keyed.plan().operators if operator.kind == "sink"]
+    assert sink.input_partitioner == "hash"
+
+
+def test_upsert_log_needs_a_primary_key_and_matching_columns(tmp_path: Path) -> None:
+    Log.create(tmp_path / "log", 2, pa.schema([("order_id", pa.int64()), ("amount", pa.float64())]))
+    table = f"WITH ('connector' = 'upsert-log', 'path' = '{tmp_path / 'log'}');"
+    with pytest.raises(SqlError, match=r"table 'orders' \(connector 'upsert-log'\) needs a primary key: .* declare "
+                       r"PRIMARY KEY \(…\) NOT ENFORCED"):  # fmt: skip
+        plan(f"CREATE TABLE orders (order_id BIGINT, amount DOUBLE) {table} SELECT * FROM orders;")
+    with pytest.raises(SqlError, match=r"table 'orders': the log at .* has columns \['order_id', 'amount'\], the "
+                       r"table declares \['order_id', 'price'\]"):  # fmt: skip
+        plan(
+            f"CREATE TABLE orders (order_id BIGINT, price DOUBLE, PRIMARY KEY (order_id) NOT ENFORCED) {table} "
+            "SELECT * FROM orders;"
+        )
+
+
+def test_the_cli_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    script = tmp_path / "bad.sql"
+    script.write_text(ORDERS.format(extra=", 'scan.parallelism' = '0'") + OUT.format(extra="")
+                      + "INSERT INTO out SELECT user_id, amount FROM orders;")  # fmt: skip
+    result = runner.invoke(app, ["sql", str(script)])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: table 'orders': 'scan.parallelism' = '0' must be at least 1; set 'scan.parallelism' to a whole "
+        "number from 1 to 32768, or remove it to use parallelism.default"
+    ]
+    missing = runner.invoke(app, ["sql", str(tmp_path / "nope.sql")])
+    assert missing.exit_code == 2
+    assert "SQL file" in missing.output
+    assert "does not exist" in missing.output
+
+
+def test_appending_a_bad_row_kind_to_a_changelog_log_is_refused(tmp_path: Path) -> None:
+    changelog_log(tmp_path / "log")
+    rows = pa.table({"order_id": [1, 2], "user_id": ["a", "b"], "amount": [1.0, 2.0], "op": ["+I", "U"]})
+    with pytest.raises(PlanError, match=r"append to changelog .*: row 1 has op='U'; a row kind is one of"):
+        Log(tmp_path / "log").append(rows, key="order_id")
+    assert Log(tmp_path / "log").end_offsets() == [0, 0]  # nothing written
