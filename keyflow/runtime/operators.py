@@ -159,8 +159,9 @@ def _retracting_aggregate(node: nodes.AggregateNode, frame: DataFrame, exchange:
         output.append(pa.field(aggregate.name, spec.output_type(argument_type)))
     output.append(pa.field(OP, pa.string()))
     function = RetractingAggregate(node.keys, tuple(specs))
+    # Ordered by sign only to receive whole keys per call: one -U/+U pair per changed key and micro-batch.
     return run(exchange(prepared, keep_key_group=True).sortWithinPartitions(*node.keys), function, pa.schema(output),
-               state, ())  # fmt: skip
+               state, (SIGN,))  # fmt: skip
 
 
 def map_in_arrow(frame: DataFrame, runner: Any, schema: pa.Schema, node: nodes.Node) -> DataFrame:
