@@ -8,13 +8,16 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from keyflow import Pipeline
+from keyflow import Log, Pipeline
+from keyflow.changelog import current
 from keyflow.cli.app import app
 from tests.pipelines import TEST_SPARK
+from tests.streams import read_output
 
 runner = CliRunner()
 
@@ -254,3 +257,44 @@ def test_python_and_sql_mix_in_one_pipeline(tmp_path: Path) -> None:
         "HAVING SUM(amount) > 1000"
     ).df()
     pd.testing.assert_frame_equal(got, sorted_frame(expected, "user_id"), check_dtype=False, rtol=1e-9)
+
+
+def test_group_by_over_a_watched_directory_emits_a_changelog(tmp_path: Path) -> None:
+    """An unbounded source: each micro-batch (one file) updates the groups it touches with
+    -U/+U; the current table of the output equals DuckDB's answer over all files."""
+    files = write_orders(tmp_path / "orders", rows=3_000)
+    p = pipeline(**{"execution.checkpointing.interval": "0 s"})
+    p.sql(
+        "CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, qty INT, country STRING) WITH ("
+        f"'connector' = 'filesystem', 'path' = '{files}', 'format' = 'parquet', 'source.watch' = 'true', "
+        "'source.max-files-per-batch' = '1');"
+        f"CREATE TABLE out (country STRING, n BIGINT, top DOUBLE, users BIGINT) WITH ('connector' = 'filesystem', "
+        f"'path' = '{tmp_path / 'out'}', 'format' = 'parquet');"
+        "INSERT INTO out SELECT country, COUNT(*), MAX(amount), COUNT(DISTINCT user_id) FROM orders GROUP BY country;"
+    )
+    result = p.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert len(result.batches) == 3
+    written = read_output(tmp_path / "out")
+    assert set(written["op"]) == {"+I", "-U", "+U"}
+    got = current(pa.Table.from_pandas(written, preserve_index=False)).to_pandas()
+    expected = duckdb.sql(
+        f"SELECT country, COUNT(*) AS n, MAX(amount) AS top, COUNT(DISTINCT user_id) AS users "
+        f"FROM '{files}/*.parquet' GROUP BY country"
+    ).df()
+    pd.testing.assert_frame_equal(sorted_frame(got, "country"), sorted_frame(expected, "country"), check_dtype=False)
+
+
+def test_log_append_of_a_changelog_file(tmp_path: Path) -> None:
+    good = tmp_path / "changes.jsonl"
+    good.write_text(
+        '{"id": 1, "v": "a", "op": "+I"}\n{"id": 1, "v": "a", "op": "-U"}\n{"id": 1, "v": "b", "op": "+U"}\n'
+    )
+    appended = runner.invoke(app, ["log", "append", str(tmp_path / "log"), "--file", str(good), "--key", "id"])
+    assert appended.exit_code == 0, appended.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 2, "v": "c", "op": "+I"}\n{"id": 2, "v": "c", "op": "delete"}\n')
+    refused = runner.invoke(app, ["log", "append", str(tmp_path / "log"), "--file", str(bad), "--key", "id"])
+    assert refused.exit_code == 2
+    assert refused.output.strip().startswith("error: append to changelog")
+    assert "row 1 has op='delete'; a row kind is one of +I, -U, +U, -D" in refused.output
+    assert sum(Log(tmp_path / "log").end_offsets()) == 3  # the bad file appended nothing

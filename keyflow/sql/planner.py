@@ -180,11 +180,13 @@ def _read(pipeline: Pipeline, catalog: Catalog, name: str) -> tuple[Stream, list
         config = pipeline.config
         parallelism = parallelism_option(table, "scan.parallelism", config["pipeline.max-parallelism"])
         mode = getattr(source, "changelog_mode", "insert")
-        if mode != "insert" and not table.primary_key and parallelism not in (None, config.default_parallelism()):
+        if mode != "insert" and not table.primary_key and parallelism is not None:
+            # As Flink: a configured source parallelism routes a changelog by its primary key, also
+            # when it equals today's default (a restart or rescale may change the default).
             raise SqlError(
-                f"{table.where} is a changelog read at 'scan.parallelism' = '{parallelism}', not the default "
-                f"{config.default_parallelism()}: its changes must be routed by primary key to stay in order; "
-                "declare PRIMARY KEY (…) NOT ENFORCED on the table"
+                f"{table.where} is a changelog with 'scan.parallelism' = '{parallelism}': its changes must be "
+                "routed by primary key to stay in order at a parallelism of their own; declare PRIMARY KEY (…) "
+                "NOT ENFORCED on the table, or remove 'scan.parallelism'"
             )
         stream = pipeline.source(source, parallelism=parallelism, name=name)
         if table.options["connector"] == "datagen":  # generated values as the declared types
