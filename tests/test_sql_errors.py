@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from keyflow import Log, Pipeline
+from keyflow import Log, Pipeline, blackhole, log
 from keyflow.cli.app import app
 from keyflow.errors import PlanError
 from keyflow.sql.statements import SqlError
@@ -115,6 +115,38 @@ def plan(script: str, **config: object) -> Pipeline:
             r"table 'out' \(connector 'blackhole'\) can only be written to, not read FROM",
         ),
         (
+            "CREATE TABLE t (k INT, op STRING) WITH ('connector' = 'blackhole');",
+            r"table 't': column 'op' \(line 1, column \d+\) has the name of the row-kind column keyflow gives",
+        ),
+        (
+            "CREATE TABLE t (s STRING) WITH ('connector' = 'datagen', 'fields.s.length' = '100'); SELECT * FROM t;",
+            r"table 't': 'fields.s.length' = '100' is out of range; keyflow generates strings of 1 to 64 characters",
+        ),
+        (
+            "CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'fields.a.min' = '10', 'fields.a.max' = '1'); "
+            "SELECT * FROM t;",
+            r"table 't': 'fields.a.max' = '1' is below 'fields.a.min' = '10'; give max >= min",
+        ),
+        (
+            "CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'fields.a.kind' = 'sequence', "
+            "'fields.a.start' = '10', 'fields.a.end' = '2'); SELECT * FROM t;",
+            r"table 't': 'fields.a.end' = '2' is below 'fields.a.start' = '10'",
+        ),
+        (
+            "CREATE TABLE t (a TIMESTAMP) WITH ('connector' = 'datagen', 'fields.a.kind' = 'sequence'); "
+            "SELECT * FROM t;",
+            r"'fields.a.kind' = 'sequence' needs an integer column, 'a' is TIMESTAMP",
+        ),
+        (
+            ORDERS.format(extra=", 'scan.parallelism' = '40000'") + "SELECT * FROM orders;",
+            r"table 'orders': 'scan.parallelism' = '40000' is above the largest 32768",
+        ),
+        (
+            ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FILTER "
+            "(WHERE amount > 1) FROM orders GROUP BY user_id;",
+            r"FILTER \(WHERE …\) at line 3, column \d+ is not supported; filter rows with WHERE",
+        ),
+        (
             "EXECUTE STATEMENT SET BEGIN " + ORDERS.format(extra="") + "END;",
             r"a statement set \(EXECUTE STATEMENT SET BEGIN … END\) holds only INSERT INTO statements",
         ),
@@ -179,11 +211,15 @@ def test_changelog_into_a_sink_of_another_parallelism_needs_a_primary_key(tmp_pa
         + "INSERT INTO out SELECT user_id, amount FROM orders;"
     )
     message = r"sink 'sink: out' runs at parallelism 3 and its input 'to out' at 2, and the input is a changelog: "
-    with pytest.raises(PlanError, match=message + r".*declare PRIMARY KEY \(...\) NOT ENFORCED on the sink table"):
+    with pytest.raises(PlanError, match=message + r".*declare a primary key \(SQL: PRIMARY KEY \(...\) NOT ENFORCED"):
         plan(script)
-    keyed = plan(script.replace("total DOUBLE)", "total DOUBLE, PRIMARY KEY (user_id) NOT ENFORCED)"))
-    (sink,) = [operator for operator in keyed.plan().operators if operator.kind == "sink"]
+    keyed_script = script.replace("total DOUBLE)", "total DOUBLE, PRIMARY KEY (user_id) NOT ENFORCED)")
+    (sink,) = [operator for operator in plan(keyed_script).plan().operators if operator.kind == "sink"]
     assert sink.input_partitioner == "hash"
+    # NONE with a primary key: not routed, and allowed (Flink's CommonExecSink fails only without a key)
+    (sink,) = [op for op in plan(keyed_script, **{"table.exec.sink.keyed-shuffle": "NONE"}).plan().operators
+               if op.kind == "sink"]  # fmt: skip
+    assert sink.input_partitioner == "rebalance"
 
 
 def test_upsert_log_needs_a_primary_key_and_matching_columns(tmp_path: Path) -> None:
@@ -214,6 +250,37 @@ def test_the_cli_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     assert missing.exit_code == 2
     assert "SQL file" in missing.output
     assert "does not exist" in missing.output
+
+
+def test_a_log_not_split_by_the_primary_key_is_refused_as_a_changelog(tmp_path: Path) -> None:
+    """Offsets order the changes of a key only inside one split: a log appended without the
+    key (or by another key) cannot be read as upserts of it."""
+    schema = pa.schema([("order_id", pa.int64()), ("amount", pa.float64())])
+    Log.create(tmp_path / "log", 2, schema).append(pa.table({"order_id": [1, 1], "amount": [1.0, 2.0]}))
+    with pytest.raises(PlanError, match=r"log .* is not split by a key \(some append had no key=\), so the changes "
+                       r"of a primary key \['order_id'\] may be in several splits"):  # fmt: skip
+        log(str(tmp_path / "log"), changelog_mode="upsert", primary_key="order_id")
+    changes = changelog_log(tmp_path / "changes")
+    with pytest.raises(PlanError, match=r"append to changelog .* needs key= \(--key\)"):
+        Log(changes).append(pa.table({"order_id": [1], "user_id": ["a"], "amount": [1.0], "op": ["+I"]}))
+
+
+def test_python_streams_that_lose_row_kinds_are_refused(tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64()), ("user", pa.string()), ("amount", pa.int64())])
+    Log.create(tmp_path / "log", 2, schema).append(pa.table({"id": [1], "user": ["a"], "amount": [3]}), key="id")
+    p = Pipeline(parallelism=2, config={**TEST_SPARK, "execution.checkpointing.interval": "0 s"})
+    orders = p.source(log(str(tmp_path / "log"), changelog_mode="upsert", primary_key="id"))
+    orders.select("user", "amount").key_by("user").aggregate(total="sum(amount)").sink(blackhole())
+    with pytest.raises(PlanError, match=r"operator 'aggregate': its input is a changelog, but the rows reaching it "
+                       r"have no 'op' column \(a select or map_batches before it dropped it\)"):  # fmt: skip
+        p.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+    q = Pipeline(parallelism=2, config=TEST_SPARK)
+    plain = q.source(log(str(tmp_path / "log")))
+    q.create_temporary_view("per_user", plain.key_by("user").aggregate(total="sum(amount)"))
+    with pytest.raises(SqlError, match=r"view 'per_user' is a streaming aggregate of the Python API: it emits each "
+                       r"changed key's new value without row kinds"):  # fmt: skip
+        q.sql("SELECT user, SUM(total) AS s FROM per_user GROUP BY user")
 
 
 def test_appending_a_bad_row_kind_to_a_changelog_log_is_refused(tmp_path: Path) -> None:

@@ -76,8 +76,8 @@ class Pipeline:
         rows are routed by the key's key group and its previous row lives in keyed state."""
         keys = tuple(source.primary_key)
         if source.changelog_mode == "all":
-            node_id = self.add(nodes.FilterNode, (node_id,), f"drop -U {label}", parallelism, condition=f"{OP} <> '-U'")
-            deleted = f"{OP} = '-D'"
+            # As Flink's ChangelogNormalize: -U and -D delete the key; a +U after -U (the newest) upserts it.
+            deleted = f"{OP} IN ('-U', '-D')"
         else:
             values = [name for name in source.schema.names if name not in keys]
             deleted = " AND ".join(f"`{name}` IS NULL" for name in values) or "false"

@@ -196,6 +196,7 @@ class KeyedStream:
             on_null=self._on_null,
             aggregations=aggregations,
             changelog=changelog,
+            changelog_input=changelog,
         )
 
     def process(

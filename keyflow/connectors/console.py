@@ -88,17 +88,26 @@ class PrintSink(_Unpublished):
         return {"connector": "print", **({"print-identifier": self.identifier} if self.identifier else {})}
 
     def write(self, frame: DataFrame) -> int:
-        rows = frame.toArrow()
+        """Flink's format: ``identifier:task> `` (task from 1) when more than one task prints."""
+        from pyspark.sql import functions as F
+
+        tasks = frame.rdd.getNumPartitions()
+        rows = frame.withColumn("__task", F.spark_partition_id() + F.lit(1)).toArrow()
         kinds = rows.column(OP).to_pylist() if OP in rows.column_names else ["+I"] * rows.num_rows
-        values = rows.drop_columns([OP]) if OP in rows.column_names else rows
-        prefix = f"{self.identifier}> " if self.identifier else ""
+        values = rows.drop_columns([name for name in (OP, "__task") if name in rows.column_names])
         lines = [
-            f"{prefix}{kind}[{', '.join(_text(v) for v in row.values())}]"
-            for kind, row in zip(kinds, values.to_pylist(), strict=True)
+            f"{self._prefix(task, tasks)}{kind}[{', '.join(_text(v) for v in row.values())}]"
+            for kind, task, row in zip(kinds, rows.column("__task").to_pylist(), values.to_pylist(), strict=True)
         ]
         if lines:
             print("\n".join(lines), flush=True)
         return rows.num_rows
+
+    def _prefix(self, task: int, tasks: int) -> str:
+        name = self.identifier or ""
+        if tasks > 1:
+            name = f"{name}:{task}" if name else str(task)
+        return f"{name}> " if name else ""
 
     def stage(self, frame: DataFrame, batch: int) -> tuple[int, Moves]:
         """Print the micro-batch (standard output cannot take it back: at least once)."""
@@ -106,7 +115,7 @@ class PrintSink(_Unpublished):
 
 
 def _text(value: Any) -> str:
-    return "NULL" if value is None else str(value)
+    return "null" if value is None else str(value)  # as Flink's Row.toString
 
 
 def print_rows(identifier: str | None = None) -> PrintSink:

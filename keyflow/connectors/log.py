@@ -39,8 +39,17 @@ class Log:
             raise PlanError(f"{self.path} is not a keyflow log; create it with `keyflow log append {self.path} ...`")
         with self.fs.open_input_stream(meta) as stream:
             described = json.loads(stream.read())
+        self._described = described
         self.splits: int = described["splits"]
         self.schema: pa.Schema = ipc.read_schema(pa.py_buffer(bytes.fromhex(described["schema"])))
+
+    @property
+    def keyed_by(self) -> tuple[str, ...] | None:
+        """The key every append so far split records by (a key then lives in one split, its
+        changes in order): ``()`` before the first append, None once an append was not keyed
+        or used another key."""
+        key = self._described.get("key")
+        return None if key is False else tuple(key or ())
 
     @staticmethod
     def create(path: str | Path, splits: int, schema: pa.Schema) -> Log:
@@ -52,8 +61,7 @@ class Log:
         files, root = filesystem(str(path))
         files.create_dir(root, recursive=True)
         described = {"splits": splits, "schema": schema.serialize().to_pybytes().hex()}
-        with files.open_output_stream(f"{root}/{_META}") as stream:
-            stream.write(json.dumps(described).encode())
+        _write_json(files, f"{root}/{_META}", described)
         for split in range(splits):
             files.create_dir(f"{root}/split-{split:04d}", recursive=True)
         return Log(path)
@@ -83,15 +91,21 @@ class Log:
         Appends to a local log hold an exclusive lock, so concurrent writers queue; on other
         filesystems keep to one writer per log."""
         records = _conform(records, self.schema)
+        names = None if key is None else ([key] if isinstance(key, str) else list(key))
         if OP in self.schema.names:
             check_row_kinds(records, f"append to changelog {self.path}")
-        if key is not None:
-            names = [key] if isinstance(key, str) else list(key)
+            if names is None:
+                raise PlanError(
+                    f"append to changelog {self.path} needs key= (--key): the changes of a key must stay in one "
+                    "split to keep their order; give the primary key"
+                )
+        if names is not None:
             check_key_columns(names, self.schema)
             splits = assign_to_key_groups(records.select(names), self.splits, hash="spark")
         else:
             splits = np.arange(records.num_rows) % self.splits
         with self._lock():
+            self._record_key(names)
             ends = self.end_offsets()
             appended = {}
             for split in np.unique(splits):
@@ -104,6 +118,24 @@ class Log:
                 self.fs.move(temporary, f"{directory}/{first:020d}-{first + part.num_rows:020d}.arrow")
                 appended[int(split)] = part.num_rows
         return appended
+
+    def _record_key(self, names: list[str] | None) -> None:
+        """Remember the key appends split by; a different or missing one unkeys the log for good
+        (a changelog log refuses it: its order per key would be lost)."""
+        with self.fs.open_input_stream(f"{self.root}/{_META}") as stream:
+            described = json.loads(stream.read())
+        first = not any(self.end_offsets())
+        recorded = described.get("key")
+        key: list[str] | bool = names if names is not None and (first or recorded == names) else False
+        if OP in self.schema.names and key is False:
+            raise PlanError(
+                f"append to changelog {self.path} with key={names} but it is split by {recorded}; append with the "
+                "same key (the primary key) so the changes of a key stay in one split"
+            )
+        if recorded != key:
+            described["key"] = key
+            _write_json(self.fs, f"{self.root}/{_META}", described)
+        self._described = described
 
     @contextmanager
     def _lock(self) -> Iterator[None]:
@@ -126,6 +158,14 @@ class Log:
             if offsets:
                 table = table.append_column(OFFSET, pa.array(np.arange(begin, begin + table.num_rows)))
             yield from table.to_batches()
+
+
+def _write_json(files: fs.FileSystem, path: str, value: dict[str, object]) -> None:
+    """Write-then-rename, so a reader never sees half the file."""
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    with files.open_output_stream(temporary) as stream:
+        stream.write(json.dumps(value).encode())
+    files.move(temporary, path)
 
 
 def check_key_columns(names: list[str], schema: pa.Schema) -> None:

@@ -195,12 +195,25 @@ class LogStreamSource:
         if (changelog_mode == "all") != (OP in self.schema.names):
             has = "has" if OP in self.schema.names else "has no"
             raise PlanError(
-                f"log {path} {has} an {OP!r} column, so it is {'a' if has == 'has' else 'not a'} changelog; use "
-                f"changelog_mode={'all' if has == 'has' else 'insert or upsert'!r}"
-            )
+                f"log {path} {has} an {OP!r} column, so it is {'a' if has == 'has' else 'not a'} changelog; read it "
+                + ("with changelog_mode='all' (SQL: 'format' = 'changelog')" if has == "has" else
+                   "with changelog_mode='insert' or 'upsert' (SQL: 'format' = 'arrow' or connector 'upsert-log')")
+            )  # fmt: skip
         check_key_columns(list(primary_key), self.schema)
         if changelog_mode == "upsert" and not primary_key:
             raise PlanError(f"log {path} in upsert mode needs its primary key: primary_key=('id',)")
+        split_by = described.keyed_by
+        if (
+            changelog_mode != "insert"
+            and primary_key
+            and not (split_by is not None and set(split_by) <= set(primary_key))
+        ):
+            how = f"split by {list(split_by)}" if split_by else "not split by a key (some append had no key=)"
+            raise PlanError(
+                f"log {path} is {how}, so the changes of a primary key {list(primary_key)} may be in several splits "
+                "and their order is lost; write the log with key= (keyflow log append --key) set to primary key "
+                "columns"
+            )
         self.changelog_mode, self.primary_key = changelog_mode, tuple(primary_key)
 
     def describe(self) -> dict[str, Any]:

@@ -176,25 +176,27 @@ def _sink_keyed_shuffle(sink: SinkNode, same_parallelism: bool, parallelism: int
     if not sink.primary_key:
         return False
     mode = config["table.exec.sink.keyed-shuffle"]
-    return (mode == "AUTO" and not same_parallelism) or (mode == "FORCE" and parallelism != 1)
+    return parallelism != 1 and ((mode == "AUTO" and not same_parallelism) or mode == "FORCE")
 
 
 def _check_order_survives(node: Node, upstream: Node, before: int, after: int) -> None:
     """A rebalance would deliver the changes of one key to several subtasks, out of order."""
     changelog = isinstance(upstream, SourceNode) and getattr(upstream.source, "changelog_mode", "insert") != "insert"
-    if isinstance(node, SinkNode) and node.changelog:
+    if isinstance(node, SinkNode) and node.changelog and not node.primary_key:  # as Flink's CommonExecSink
         raise PlanError(
             f"sink {node.name!r} runs at parallelism {after} and its input {upstream.name!r} at {before}, and the "
             "input is a changelog: without a primary key its rows would be spread round robin and the changes of "
-            "one key could be applied out of order; declare PRIMARY KEY (...) NOT ENFORCED on the sink table "
-            "or give it the same parallelism"
+            f"one key could be applied out of order; {_DECLARE_KEY} on the sink, or give it the same parallelism"
         )
     if changelog:
         raise PlanError(
             f"source {upstream.name!r} is a changelog at parallelism {before} and {node.name!r} runs at {after}: "
             "without a primary key its rows would be spread round robin and the changes of one key could be "
-            "applied out of order; declare PRIMARY KEY (...) NOT ENFORCED on the table or drop scan.parallelism"
+            f"applied out of order; {_DECLARE_KEY} on the source, or give it the same parallelism"
         )
+
+
+_DECLARE_KEY = "declare a primary key (SQL: PRIMARY KEY (...) NOT ENFORCED; Python: primary_key=...)"
 
 
 def _max_parallelism(ordered: list[Node], parallelism: dict[int, int], config: Config) -> int:

@@ -109,6 +109,7 @@ class AggregateNode(KeyedNode):
 
     aggregations: Mapping[str, str] = field(default_factory=dict)
     changelog: bool = False
+    changelog_input: bool = False  # rows carry row kinds to retract (else: all inserts)
     kind: ClassVar[str] = "aggregate"
 
     def describe(self) -> dict[str, Any]:
@@ -194,8 +195,8 @@ def emits_changelog(nodes: Mapping[int, Node], node_id: int) -> bool:
         return node.changelog
     if isinstance(node, SourceNode):
         return getattr(node.source, "changelog_mode", "insert") == "all"
-    if isinstance(node, (SelectNode, FilterNode, WithColumnsNode)):
-        return emits_changelog(nodes, node.inputs[0])
+    if isinstance(node, (SelectNode, FilterNode, WithColumnsNode, MapBatchesNode)):
+        return emits_changelog(nodes, node.inputs[0])  # they must keep ``op`` (checked when they run)
     return False
 
 

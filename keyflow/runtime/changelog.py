@@ -51,7 +51,7 @@ class Normalize:
         retract, add = existed & ~unchanged, ~deleted & ~unchanged
         old = _with_op(batch.keys, previous, retract, np.where(deleted, DELETE, UPDATE_BEFORE))
         new = _with_op(batch.keys, current, add, np.where(existed, UPDATE_AFTER, INSERT))
-        state[EXISTS].update(pa.array(~deleted))
+        state[EXISTS].update(pa.array(np.ones(len(deleted), dtype=bool), mask=deleted))  # a deleted key: no state
         for name in self.values:
             kept = pc.if_else(pa.array(deleted), pa.nulls(len(deleted), previous[name].type), newest.column(name))
             state[_row_state(name)].update(kept)
@@ -101,22 +101,30 @@ class RetractingAggregate:
         keys, sign = batch.key_index, batch.data.column(SIGN).to_numpy(zero_copy_only=False).astype(np.int64)
         rows_before = state[ROWS].get().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         rows_after = rows_before + np.bincount(keys, weights=sign, minlength=batch.num_keys).astype(np.int64)
+        existed, exists = rows_before > 0, rows_after > 0
         before: dict[str, pa.Array] = {}
         after: dict[str, pa.Array] = {}
         for aggregate in self.aggregates:
-            before[aggregate.name], after[aggregate.name] = self._update(aggregate, batch, state, sign)
-        existed, exists = rows_before > 0, rows_after > 0
+            before[aggregate.name], after[aggregate.name] = self._update(aggregate, batch, state, sign, ~exists)
         changed = ~_equal_rows(before, after, batch.num_keys)
         retract, add = existed & (~exists | changed), exists & (~existed | changed)
         old = _with_op(batch.keys, before, retract, np.where(exists, UPDATE_BEFORE, DELETE))
         new = _with_op(batch.keys, after, add, np.where(existed, UPDATE_AFTER, INSERT))
-        state[ROWS].update(pa.array(np.where(exists, rows_after, 0)).cast(pa.int64()))
+        # A group whose rows are all retracted is cleared, as Flink's GroupAggFunction does; a net
+        # retraction on an empty group is ignored (it retracts rows this operator never added).
+        state[ROWS].update(pa.array(rows_after, pa.int64(), mask=~exists))
         return pa.concat_tables([old, new])
 
     def _update(
-        self, aggregate: Retracting, batch: KeyedBatch, state: KeyedState, sign: npt.NDArray[np.int64]
+        self,
+        aggregate: Retracting,
+        batch: KeyedBatch,
+        state: KeyedState,
+        sign: npt.NDArray[np.int64],
+        cleared: npt.NDArray[np.bool_],
     ) -> tuple[pa.Array, pa.Array]:
-        """The aggregate's value per key before and after this batch; its state is updated."""
+        """The aggregate's value per key before and after this batch; its state is updated
+        (and emptied for ``cleared`` keys)."""
         prefix, count = f"__{aggregate.name}", batch.num_keys
         if aggregate.argument is None:
             values, valid = None, np.ones(len(sign), dtype=bool)
@@ -128,14 +136,14 @@ class RetractingAggregate:
             entries = state[f"{prefix}_values"]
             old = entries.get()
             new = _merge_counts(old, batch.key_index[valid], values.filter(pa.array(valid)), sign[valid], count)
-            entries.update(new)
+            entries.update(pc.if_else(pa.array(cleared), pa.nulls(count, new.type), new))
             return _reduce(old, aggregate.function), _reduce(new, aggregate.function)
         counts = state[f"{prefix}_count"]
         count_before = counts.get().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         count_after = count_before + np.bincount(batch.key_index, weights=sign * valid, minlength=count).astype(
             np.int64
         )
-        counts.update(pa.array(count_after))
+        counts.update(pa.array(count_after, pa.int64(), mask=cleared))
         if aggregate.function == "count":
             return pa.array(count_before), pa.array(count_after)
         assert values is not None
@@ -146,8 +154,10 @@ class RetractingAggregate:
         delta = np.zeros(count, dtype=total_type.to_pandas_dtype())
         delta[added.column("key").to_numpy()] = added.column("value_sum").to_numpy(zero_copy_only=False)
         sum_before = sums.get().fill_null(0).to_numpy(zero_copy_only=False)
-        sum_after = sum_before + delta
-        sums.update(pa.array(sum_after, total_type))
+        sum_after = pc.add_checked(pa.array(sum_before), pa.array(delta)).to_numpy(
+            zero_copy_only=False
+        )  # as Spark: overflow fails
+        sums.update(pa.array(sum_after, total_type, mask=cleared))
         if aggregate.function == "sum":
             return _nulls_where(sum_before, count_before, total_type), _nulls_where(sum_after, count_after, total_type)
         return (
@@ -202,10 +212,19 @@ def _reduce(multisets: pa.Array, function: str) -> pa.Array:
     if len(values) == 0:
         return pa.nulls(keys, values.type)
     owners = np.repeat(np.arange(keys, dtype=np.int64), lengths)
-    reduced = pa.table({"key": owners, "value": values}).group_by("key").aggregate([("value", function)])
+    table = pa.table({"key": owners, "value": values})
+    wanted = [("value", function)]
+    nan = function == "max" and pa.types.is_floating(values.type)
+    if nan:  # Spark orders NaN above every number (Arrow skips it): a held NaN is the maximum
+        table, wanted = table.append_column("nan", pc.is_nan(values)), [*wanted, ("nan", "any")]
+    reduced = table.group_by("key").aggregate(wanted)
     position = np.full(keys, -1, dtype=np.int64)
     position[reduced.column("key").to_numpy()] = np.arange(reduced.num_rows)
-    picked = reduced.column(f"value_{function}").combine_chunks().take(pa.array(np.maximum(position, 0)))
+    picked = reduced.column(f"value_{function}").combine_chunks()
+    if nan:
+        nan_held = reduced.column("nan_any").combine_chunks()
+        picked = pc.if_else(nan_held, pa.scalar(float("nan"), values.type), picked)
+    picked = picked.take(pa.array(np.maximum(position, 0)))
     return pc.if_else(pa.array(position >= 0), picked, pa.nulls(keys, values.type))
 
 

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
-from keyflow.errors import PipelineError
+from keyflow.errors import PipelineError, PlanError
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
@@ -65,6 +65,12 @@ class FrameBuilder:
             if isinstance(node, nodes.SinkNode):
                 frame = upstream
                 if partitioner == Partitioner.HASH.value:  # table.exec.sink.keyed-shuffle
+                    missing = [key for key in node.primary_key if key not in upstream.columns]
+                    if missing:
+                        raise PlanError(
+                            f"sink {node.name!r}: primary key column(s) {missing} are not among its input's columns "
+                            f"{upstream.columns}; name columns of the stream in primary_key"
+                        )
                     frame = keyed_exchange(upstream, node.primary_key, self.plan.max_parallelism, operator.parallelism,
                                            keep_key_group=False)  # fmt: skip
             elif partitioner == Partitioner.HASH.value:

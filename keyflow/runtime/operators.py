@@ -109,9 +109,9 @@ def apply_keyed(
         if isinstance(node, nodes.AggregateNode) and node.changelog:
             return _retracting_aggregate(node, frame, exchange, run)
         if isinstance(node, nodes.AggregateNode) and keyed_state is None:
-            aggregated = frame.groupBy(*node.keys).agg(
-                *[F.expr(expression).alias(name) for name, expression in node.aggregations.items()]
-            )
+            columns = [F.expr(expression).alias(name) for name, expression in node.aggregations.items()]
+            grouped = frame.groupBy(*node.keys)
+            aggregated = grouped.agg(*columns) if columns else frame.select(*node.keys).dropDuplicates()
             return exchange(aggregated, keep_key_group=False)
         if isinstance(node, nodes.AggregateNode):
             aggregates = mergeable_aggregates(frame.sparkSession, node.name, node.aggregations)
@@ -143,8 +143,14 @@ def _retracting_aggregate(node: nodes.AggregateNode, frame: DataFrame, exchange:
     """An aggregate whose input may retract rows (``op`` -U/-D) and whose output is a changelog:
     Spark evaluates each argument and the row's sign, the state keeps what retraction needs."""
     aggregates = retracting_aggregates(frame.sparkSession, node.name, dict(node.aggregations))
+    if node.changelog_input and OP not in frame.columns:
+        raise PlanError(
+            f"operator {node.name!r}: its input is a changelog, but the rows reaching it have no {OP!r} column (a "
+            f"select or map_batches before it dropped it), so updates and deletes would count as inserts; keep "
+            f"{OP!r} in the columns of the operators before it"
+        )
     sign = (
-        F.when(F.col(OP).isin(*RETRACTIONS), F.lit(-1)).otherwise(F.lit(1)) if OP in frame.columns else F.lit(1)
+        F.when(F.col(OP).isin(*RETRACTIONS), F.lit(-1)).otherwise(F.lit(1)) if node.changelog_input else F.lit(1)
     ).cast("byte")
     arguments = [F.expr(a.argument).alias(f"__arg_{a.name}") for a in aggregates if a.argument is not None]
     prepared = frame.select(*[F.col(key) for key in node.keys], sign.alias(SIGN), *arguments)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
+from keyflow.keygroups import UPPER_BOUND_MAX_PARALLELISM as UPPER_BOUND
 from keyflow.sql.statements import CreateTable, SqlError
 
 
@@ -118,18 +119,19 @@ def parallelism_option(table: CreateTable, key: str, max_parallelism: int | None
     value = table.options.get(key)
     if value is None:
         return None
-    fix = f"set '{key}' to a whole number from 1 to {max_parallelism or 32768}, or remove it to use parallelism.default"
+    fix = (
+        f"set '{key}' to a whole number from 1 to {max_parallelism or UPPER_BOUND}, "
+        "or remove it to use parallelism.default"
+    )
     try:
         parsed = int(value.strip())
     except ValueError:
         raise SqlError(f"{table.where}: '{key}' = '{value}' is not an integer; {fix}") from None
     if parsed <= 0:
         raise SqlError(f"{table.where}: '{key}' = '{value}' must be at least 1; {fix}")
-    if max_parallelism is not None and parsed > max_parallelism:
-        raise SqlError(
-            f"{table.where}: '{key}' = '{value}' is above pipeline.max-parallelism {max_parallelism}; {fix}, "
-            "or raise pipeline.max-parallelism"
-        )
+    if parsed > (max_parallelism or UPPER_BOUND):
+        bound = f"pipeline.max-parallelism {max_parallelism}" if max_parallelism else f"the largest {UPPER_BOUND}"
+        raise SqlError(f"{table.where}: '{key}' = '{value}' is above {bound}; {fix}, or raise pipeline.max-parallelism")
     return parsed
 
 

@@ -170,7 +170,14 @@ def _refuse_windows(query: exp.Select) -> None:
 def _read(pipeline: Pipeline, catalog: Catalog, name: str) -> tuple[Stream, list[str] | None]:
     """The stream of table or view ``name`` (its source is added once) and its columns if known."""
     if name in catalog.views:
-        return Stream(pipeline, catalog.views[name]), None
+        view = Stream(pipeline, catalog.views[name])
+        if _upserts_without_row_kinds(pipeline, view.node_id):
+            raise SqlError(
+                f"view {name!r} is a streaming aggregate of the Python API: it emits each changed key's new value "
+                "without row kinds, so SQL cannot retract the old one; aggregate in SQL (GROUP BY) instead, or "
+                "register the stream before the aggregate"
+            )
+        return view, None
     table = catalog.tables.get(name)
     if table is None:
         known = ", ".join(sorted([*catalog.tables, *catalog.views])) or "none"
@@ -264,7 +271,8 @@ def _aggregate(
         None,
         keys=tuple(keys),
         aggregations=dict(calls),
-        changelog=_unbounded(pipeline, stream.node_id),
+        changelog=_unbounded(pipeline, stream.node_id),  # SQL: a streaming GROUP BY emits a changelog (Flink)
+        changelog_input=stream.is_changelog,
     )
     result = Stream(pipeline, node_id)
     if condition is not None:
@@ -280,6 +288,8 @@ def _replace_aggregates(expression: exp.Expression, calls: dict[str, str]) -> ex
     collects them (one per distinct call)."""
 
     def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Filter):
+            raise SqlError(f"FILTER (WHERE …) at {position(node)} is not supported; filter rows with WHERE")
         if not isinstance(node, exp.AggFunc):
             return node
         if type(node) not in AGGREGATES:
@@ -292,6 +302,14 @@ def _replace_aggregates(expression: exp.Expression, calls: dict[str, str]) -> ex
         return exp.column(name)
 
     return expression.transform(replace)
+
+
+def _upserts_without_row_kinds(pipeline: Pipeline, node_id: int) -> bool:
+    """Whether ``node_id`` is (after stateless operators) an insert-only streaming aggregate."""
+    node = pipeline.operators[node_id]
+    while isinstance(node, (nodes.SelectNode, nodes.FilterNode, nodes.WithColumnsNode)):
+        node = pipeline.operators[node.inputs[0]]
+    return isinstance(node, nodes.AggregateNode) and not node.changelog and _unbounded(pipeline, node.id)
 
 
 def _unbounded(pipeline: Pipeline, node_id: int) -> bool:

@@ -14,6 +14,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from keyflow.changelog import OP
 from keyflow.errors import PlanError
 
 DIALECT = "spark"  # backticks, Flink's CREATE TABLE … WITH ('k' = 'v'), Spark SQL expressions
@@ -180,6 +181,11 @@ def _create_table(tree: exp.Create) -> CreateTable:
             kind = item.args.get("kind")
             if kind is None:
                 raise SqlError(f"{where}: column {item.name!r} has no type ({position(item)})")
+            if item.name.lower() == OP:
+                raise SqlError(
+                    f"{where}: column {item.name!r} ({position(item)}) has the name of the row-kind column keyflow "
+                    f"gives changelogs ({OP!r}: +I, -U, +U, -D); rename it (a changelog log's {OP!r} is not declared)"
+                )
             columns.append(ColumnDef(item.name, spark_type(kind)))
         elif isinstance(item, exp.PrimaryKey):
             primary_key = tuple(key.name for key in item.expressions)

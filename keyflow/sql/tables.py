@@ -91,8 +91,8 @@ def _datagen(table: CreateTable) -> Source:
             ends.append(end)
     rows = int_option(table, "number-of-rows")
     rate = float_option(table, "rows-per-second")
-    if rows is None and ends and len(ends) == len(fields):
-        rows = min(ends)  # Flink: a datagen of bounded sequences ends with the shortest
+    if ends:  # Flink: the source ends when any sequence does
+        rows = min([*ends, *([rows] if rows is not None else [])])
     if rows is None and rate is None:
         rate = FLINK_DATAGEN_RATE
     return datagen(rows, fields, int_option(table, "seed") or 0, rate, int_option(table, "scan.rows-per-batch", 1))
@@ -112,11 +112,16 @@ def _field(table: CreateTable, column: str, kind: str) -> tuple[Any, int | None]
     generator = (option("kind") or "random").strip().lower()
     integer = kind.split("(")[0] in _INTEGERS
     if generator == "sequence":
-        start = int(number("start", 0))
-        end = option("end")
-        if kind.startswith("TIMESTAMP"):
-            return gen.timestamp(step_ms=1000), None if end is None else int(end) - start + 1
-        return gen.sequence(start), None if end is None else int(number("end", 0)) - start + 1
+        if not integer:
+            raise SqlError(
+                f"{table.where}: 'fields.{column}.kind' = 'sequence' needs an integer column, {column!r} is {kind}; "
+                "generate an integer sequence and compute from it in the query"
+            )
+        start, end = int(number("start", 0)), int_option(table, f"fields.{column}.end", minimum=-(1 << 62))
+        if end is not None and end < start:
+            raise SqlError(f"{table.where}: 'fields.{column}.end' = '{end}' is below 'fields.{column}.start' = "
+                           f"'{start}'; a sequence counts up from start to end")  # fmt: skip
+        return gen.sequence(start), None if end is None else end - start + 1
     if generator == "zipf":
         return gen.zipf(int(number("max", 1000)), number("exponent", 1.1), option("prefix")), None
     if generator != "random":
@@ -125,12 +130,18 @@ def _field(table: CreateTable, column: str, kind: str) -> tuple[Any, int | None]
         )
     if option("values") is not None:
         return gen.choice([value.strip() for value in str(option("values")).split(",")]), None
-    if integer:
-        return gen.random_int(int(number("min", 0)), int(number("max", 1_000_000))), None
-    if kind.startswith(("DOUBLE", "FLOAT", "REAL", "DECIMAL")):
-        return gen.random_float(number("min", 0.0), number("max", 1000.0)), None
+    if integer or kind.startswith(("DOUBLE", "FLOAT", "REAL", "DECIMAL")):
+        low, high = number("min", 0), number("max", 1_000_000 if integer else 1000.0)
+        if high < low:
+            raise SqlError(f"{table.where}: 'fields.{column}.max' = '{option('max')}' is below 'fields.{column}.min'"
+                           f" = '{low:g}'; give max >= min")  # fmt: skip
+        return (gen.random_int(int(low), int(high)) if integer else gen.random_float(low, high)), None
     if kind in ("STRING",):
-        return gen.random_string(int(number("length", 16))), None
+        length = int(number("length", 16))
+        if not 1 <= length <= 64:
+            raise SqlError(f"{table.where}: 'fields.{column}.length' = '{length}' is out of range; keyflow "
+                           "generates strings of 1 to 64 characters (Flink's default is 100)")  # fmt: skip
+        return gen.random_string(length), None
     if kind == "BOOLEAN":
         return gen.choice([True, False]), None
     if kind.startswith(("TIMESTAMP", "DATE")):
