@@ -4,11 +4,13 @@ the history of changes in order."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,13 +18,20 @@ import pyarrow as pa
 import pytest
 
 from keyflow import Log, Pipeline, log, parquet
-from keyflow.changelog import current
+from keyflow.changelog import DELETED, current
 from keyflow.errors import PlanError
+from keyflow.plan.descriptors import ValueState
+from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
 from keyflow.runtime.streaming import FAULT_ENV
+from keyflow.runtime.workers import view_kind
+from keyflow.state.keyed import KeyedBatch, KeyedState
+from keyflow.state.memory import KeyedStateStore
 from tests.pipelines import TEST_SPARK
 from tests.streams import read_output
 
 ROOT = Path(__file__).resolve().parents[1]
+# Arrow batches of 2 rows: the rows of one key span several batches of a worker.
+TINY_ARROW_BATCHES = {"execution.checkpointing.interval": "0 s", "spark.sql.execution.arrow.maxRecordsPerBatch": "2"}
 ORDERS = pa.schema([("order_id", pa.int64()), ("user_id", pa.string()), ("amount", pa.int64())])
 
 
@@ -142,7 +151,7 @@ def test_changes_of_one_key_in_one_micro_batch_apply_in_order(tmp_path: Path) ->
         )
     ]
     append(tmp_path / "log", history[0], splits=2)
-    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "execution.checkpointing.interval": "0 s"})
+    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, **TINY_ARROW_BATCHES})
     orders = pipeline.source(log(str(tmp_path / "log"), changelog_mode="upsert", primary_key="order_id"), 3)
     orders.sink(parquet(str(tmp_path / "rows")))
     orders.key_by("user_id").aggregate(total="sum(amount)", n="count(*)").sink(parquet(str(tmp_path / "out")))
@@ -164,15 +173,15 @@ def test_changelog_format_log_with_row_kinds(tmp_path: Path) -> None:
     )
     target = Log.create(tmp_path / "log", 3, schema)
     batches = [
-        [(1, "a", 10, "+I"), (2, "a", 5, "+I"), (3, "b", 7, "+I")],
-        [(1, "a", 10, "-U"), (1, "b", 12, "+U"), (2, "a", 5, "-D")],
+        [(1, "a", 10, "+I"), (2, "a", 5, "+I"), (3, "b", 7, "+I"), (5, "c", 9, "+I")],
+        [(1, "a", 10, "-U"), (1, "b", 12, "+U"), (2, "a", 5, "-D"), (5, "c", 9, "-U")],  # a lone -U deletes
         [(4, "a", 1, "+I"), (3, "b", 7, "-U"), (3, "b", 8, "+U")],
     ]
     for rows in batches:
         target.append(pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema), "order_id")
     for primary_key, out in (("order_id", "keyed"), ((), "plain")):
-        pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "execution.checkpointing.interval": "0 s"})
-        source = log(str(tmp_path / "log"), rows_per_batch=3, changelog_mode="all", primary_key=primary_key)
+        pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, **TINY_ARROW_BATCHES})
+        source = log(str(tmp_path / "log"), rows_per_batch=4, changelog_mode="all", primary_key=primary_key)
         per_user = pipeline.source(source).key_by("user_id").aggregate(total="sum(amount)", top="max(amount)")
         per_user.sink(parquet(str(tmp_path / out)))
         pipeline.run(checkpoint=str(tmp_path / f"ckpt-{out}"), available_now=True)
@@ -192,3 +201,68 @@ def test_current_is_the_multiset_sum_in_any_order() -> None:
         assert sorted(current(table).to_pylist(), key=lambda r: r["k"]) == [{"k": "x", "v": 3}, {"k": "z", "v": 4}]
     with pytest.raises(PlanError, match=r"row 1 has op='\+X'; a row kind is one of \+I, -U, \+U, -D"):
         current(pa.table({"k": [1, 2], "op": ["+I", "+X"]}))
+
+
+def _aggregate_calls(aggregates: list[Retracting], argument: pa.DataType) -> tuple[RetractingAggregate, Any]:
+    """A retracting aggregate over its own in-memory state store, called as a worker would."""
+    descriptors: dict[str, Any] = {ROWS: ValueState(pa.int64())}
+    for aggregate in aggregates:
+        descriptors.update(aggregate.state(None if aggregate.argument is None else argument))
+    store = KeyedStateStore(descriptors)
+    kinds = {name: view_kind(descriptor) for name, descriptor in descriptors.items()}
+    function = RetractingAggregate(("k",), tuple(aggregates))
+
+    def call(rows: list[tuple[str, int, Any]]) -> list[dict[str, Any]]:
+        table = pa.table(
+            {
+                "k": [r[0] for r in rows],
+                SIGN: pa.array([r[1] for r in rows], pa.int8()),
+                "x": pa.array([r[2] for r in rows], argument),
+            }
+        ).sort_by([("k", "ascending")])
+        batch = KeyedBatch.from_sorted(table, ("k",), np.zeros(table.num_rows, np.int32), 0)
+        return function(batch, KeyedState(store, store.slots(batch.keys, batch.key_groups), kinds)).to_pylist()
+
+    return function, (call, store)
+
+
+def test_an_emptied_group_clears_its_state_and_ignores_stray_retractions() -> None:
+    """As Flink's GroupAggFunction: when the last row of a group is retracted its state is
+    cleared (no state left for the key), and a retraction of an empty group is ignored."""
+    aggregates = [Retracting("n", "count", None), Retracting("s", "sum", "x"), Retracting("top", "max", "x")]
+    _, (call, store) = _aggregate_calls(aggregates, pa.int64())
+    assert call([("a", 1, 5)]) == [{"k": "a", "n": 1, "s": 5, "top": 5, "op": "+I"}]
+    assert call([("a", -1, 5)]) == [{"k": "a", "n": 1, "s": 5, "top": 5, "op": "-D"}]
+    assert len(store.live_slots()) == 0
+    assert call([("a", -1, 5)]) == []  # a stray retraction of the empty group
+    assert len(store.live_slots()) == 0
+    assert call([("a", 1, 7)]) == [{"k": "a", "n": 1, "s": 7, "top": 7, "op": "+I"}]
+
+
+def test_retracting_max_orders_nan_above_every_number_as_spark() -> None:
+    _, (call, _) = _aggregate_calls([Retracting("top", "max", "x"), Retracting("low", "min", "x")], pa.float64())
+    (inserted,) = call([("a", 1, float("nan")), ("a", 1, 1.0), ("a", 1, 2.0)])
+    assert math.isnan(inserted["top"])
+    assert inserted["low"] == 1.0
+    before, after = call([("a", -1, float("nan"))])
+    assert (before["op"], math.isnan(before["top"])) == ("-U", True)
+    assert after == {"k": "a", "top": 2.0, "low": 1.0, "op": "+U"}
+
+
+def test_a_deleted_key_leaves_no_normalize_state() -> None:
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    store = KeyedStateStore(Normalize.state(schema, ("id",)))
+    kinds = {name: view_kind(descriptor) for name, descriptor in store.descriptors.items()}
+    normalize = Normalize(("id",), ("v",))
+
+    def call(rows: list[tuple[int, str | None, bool]]) -> list[dict[str, Any]]:
+        columns = {"id": [r[0] for r in rows], "v": [r[1] for r in rows], DELETED: [r[2] for r in rows]}
+        table = pa.table(columns, schema=schema.append(pa.field(DELETED, pa.bool_())))
+        batch = KeyedBatch.from_sorted(table, ("id",), np.zeros(table.num_rows, np.int32), 0)
+        return normalize(batch, KeyedState(store, store.slots(batch.keys, batch.key_groups), kinds)).to_pylist()
+
+    assert call([(1, "a", False)]) == [{"id": 1, "v": "a", "op": "+I"}]
+    assert call([(1, "a", False)]) == []  # an upsert equal to the stored row: nothing
+    assert call([(1, None, True)]) == [{"id": 1, "v": "a", "op": "-D"}]
+    assert len(store.live_slots()) == 0
+    assert call([(1, None, True)]) == []  # the delete of an unknown key: nothing

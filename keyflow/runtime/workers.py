@@ -101,7 +101,7 @@ class ProcessRunner:
         self._subtask = context.partitionId() if context else 0
         self._range = key_group_range(self.max_parallelism, self.parallelism, self._subtask)
         self._store = self.keyed_state.open(self.state, self._subtask, *self._range)
-        self._kinds = {name: _view_kind(descriptor) for name, descriptor in self.state.items()}
+        self._kinds = {name: view_kind(descriptor) for name, descriptor in self.state.items()}
         pending: pa.Table | None = None
         for batch in batches:
             if batch.num_rows == 0:
@@ -139,7 +139,7 @@ def _last_key_start(table: pa.Table, keys: tuple[str, ...]) -> int:
     return int(np.flatnonzero(key_boundaries(table, keys))[-1])
 
 
-def _view_kind(descriptor: StateDescriptor) -> type[ValueStateView]:
+def view_kind(descriptor: StateDescriptor) -> type[ValueStateView]:
     if isinstance(descriptor, ListState):
         return ListStateView
     if isinstance(descriptor, MapState):
