@@ -16,6 +16,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python -m bench.keygroups
 	$(VENV)/bin/python -m bench.batch_keyed
 	$(VENV)/bin/python -m bench.streaming_state
+	$(VENV)/bin/python -m bench.changelog_routing
 
 $(STAMP): requirements.lock pyproject.toml scripts/bootstrap.sh
 	scripts/bootstrap.sh
