@@ -167,26 +167,41 @@ def test_sink_routed_by_primary_key_holds_whole_keys_per_file(tmp_path: Path) ->
     assert sum(pq.read_table(part).num_rows for part in parts) == 3_000
 
 
-@pytest.mark.parametrize(
-    ("mode", "sink_parallelism", "partitioner"),
-    [
-        ("AUTO", 2, "forward"),
-        ("AUTO", 3, "hash"),
-        ("FORCE", 2, "hash"),
-        ("FORCE", 1, "rebalance"),
-        ("AUTO", 1, "rebalance"),  # Flink's applyKeyBy: never into parallelism 1
-        ("NONE", 3, "rebalance"),
-    ],
-)
-def test_keyed_shuffle_modes_follow_flink(tmp_path: Path, mode: str, sink_parallelism: int, partitioner: str) -> None:
+def sink_partitioner(mode: str, sink_parallelism: int, primary_key: bool = True, changelog: str = "") -> str:
+    """The partitioner into the sink of ``INSERT INTO sink SELECT * FROM source`` (input at 2)."""
     p = pipeline(**{"table.exec.sink.keyed-shuffle": mode.lower()})
+    key = ", PRIMARY KEY (user_id) NOT ENFORCED" if primary_key else ""
     p.sql(
-        ORDERS_DDL.format(path=tmp_path, scan="")
-        + "CREATE TABLE out (user_id STRING, PRIMARY KEY (user_id) NOT ENFORCED) WITH ('connector' = 'blackhole', "
-        f"'sink.parallelism' = '{sink_parallelism}'); INSERT INTO out SELECT user_id FROM orders;"
+        ORDERS_DDL.format(path="/tmp/unread", scan="")
+        + f"CREATE TABLE out (user_id STRING, amount DOUBLE{key}) WITH ('connector' = 'blackhole', "
+        f"'sink.parallelism' = '{sink_parallelism}'); INSERT INTO out SELECT user_id, amount FROM orders;"
     )
     (sink,) = [operator for operator in p.plan().operators if operator.kind == "sink"]
-    assert sink.input_partitioner == partitioner
+    return str(sink.input_partitioner)
+
+
+# Named after Flink's TableSinkTest (CommonExecSink.applyKeyBy), input parallelism 2.
+def test_append_stream_to_sink_with_pk_auto_key_by() -> None:
+    assert sink_partitioner("AUTO", 3) == "hash"  # the sink's parallelism differs: keyed by its primary key
+
+
+def test_append_stream_to_sink_with_pk_no_key_by() -> None:
+    assert sink_partitioner("NONE", 3) == "rebalance"
+
+
+def test_append_stream_to_sink_with_pk_force_key_by() -> None:
+    assert sink_partitioner("FORCE", 2) == "hash"  # same parallelism, keyed all the same
+    assert sink_partitioner("AUTO", 2) == "forward"
+
+
+def test_single_parallelism_append_stream_to_sink_with_pk_force_key_by() -> None:
+    assert sink_partitioner("FORCE", 1) == "rebalance"  # never into parallelism 1
+    assert sink_partitioner("AUTO", 1) == "rebalance"
+
+
+def test_append_stream_to_sink_without_pk_force_key_by() -> None:
+    assert sink_partitioner("FORCE", 2, primary_key=False) == "forward"
+    assert sink_partitioner("FORCE", 3, primary_key=False) == "rebalance"
 
 
 def test_set_configures_the_job_and_conf_wins(tmp_path: Path) -> None:

@@ -127,6 +127,16 @@ def plan(script: str, **config: object) -> Pipeline:
             "SELECT * FROM t;",
             r"table 't': 'fields.a.max' = '1' is below 'fields.a.min' = '10'; give max >= min",
         ),
+        (  # Flink's DataGenTableSourceFactoryTest.testLackStartForSequence
+            "CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'fields.a.kind' = 'sequence', 'fields.a.end' = '9');"
+            " SELECT * FROM t;",
+            r"table 't': could not find required option 'fields.a.start' for the sequence generator of column 'a'",
+        ),
+        (  # testLackEndForSequence
+            "CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'fields.a.kind' = 'sequence', "
+            "'fields.a.start' = '0'); SELECT * FROM t;",
+            r"table 't': could not find required option 'fields.a.end' for the sequence generator of column 'a'",
+        ),
         (
             "CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'fields.a.kind' = 'sequence', "
             "'fields.a.start' = '10', 'fields.a.end' = '2'); SELECT * FROM t;",

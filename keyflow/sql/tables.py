@@ -117,11 +117,17 @@ def _field(table: CreateTable, column: str, kind: str) -> tuple[Any, int | None]
                 f"{table.where}: 'fields.{column}.kind' = 'sequence' needs an integer column, {column!r} is {kind}; "
                 "generate an integer sequence and compute from it in the query"
             )
-        start, end = int(number("start", 0)), int_option(table, f"fields.{column}.end", minimum=-(1 << 62))
-        if end is not None and end < start:
+        for bound in ("start", "end"):  # as Flink's DataGenTableSourceFactory: a sequence has both
+            if option(bound) is None:
+                raise SqlError(
+                    f"{table.where}: could not find required option 'fields.{column}.{bound}' for the sequence "
+                    f"generator of column {column!r}; give both 'fields.{column}.start' and 'fields.{column}.end'"
+                )
+        start, end = int(number("start", 0)), int(number("end", 0))
+        if end < start:
             raise SqlError(f"{table.where}: 'fields.{column}.end' = '{end}' is below 'fields.{column}.start' = "
                            f"'{start}'; a sequence counts up from start to end")  # fmt: skip
-        return gen.sequence(start), None if end is None else end - start + 1
+        return gen.sequence(start), end - start + 1
     if generator == "zipf":
         return gen.zipf(int(number("max", 1000)), number("exponent", 1.1), option("prefix")), None
     if generator != "random":
