@@ -115,6 +115,13 @@ OPTIONS: dict[str, Option] = {
             "A dead-letter sink passed to key_by(on_null=...) overrides this.",
         ),
         Option(
+            "pipeline.pre-keyed.verify",
+            _choice("fail", "off"),
+            "fail",
+            "Streams reinterpreted as keyed (reinterpret_as_keyed): fail stops the job when a row's key group "
+            "is not its subtask's (the stream was not keyed as declared); off trusts the declaration.",
+        ),
+        Option(
             "pipeline.progress",
             _choice("auto", "on", "off"),
             "auto",

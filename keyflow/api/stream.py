@@ -118,6 +118,16 @@ class Stream:
             raise PlanError(f"key_by on_null={on_null!r} is not a sink; pass e.g. parquet('out/dead_letters')")
         return KeyedStream(self, tuple(keys), on_null)
 
+    def reinterpret_as_keyed(self, *keys: str) -> KeyedStream:
+        """This stream, already partitioned by ``keys`` as a keyed operator left it: the next
+        keyed operator runs in the same partitions, with no exchange (Flink's
+        ``reinterpretAsKeyedStream``, checked). It must follow a keyed operator on the same
+        keys at the same parallelism, through filters only; rows whose key group is not their
+        subtask's stop the job (``pipeline.pre-keyed.verify``)."""
+        keyed = self.key_by(*keys)
+        keyed.reinterpreted = True
+        return keyed
+
     def sink(
         self,
         sink: Any,
@@ -171,6 +181,7 @@ class KeyedStream:
         self._stream = stream
         self.keys = keys
         self._on_null = on_null
+        self.reinterpreted = False
 
     def aggregate(self, **aggregations: str) -> Stream:
         """Per-key aggregates as Spark SQL: ``aggregate(clicks="count(*)", revenue="sum(price)")``.
@@ -197,6 +208,7 @@ class KeyedStream:
             aggregations=aggregations,
             changelog=changelog,
             changelog_input=changelog,
+            reinterpreted=self.reinterpreted,
         )
 
     def process(
@@ -239,6 +251,7 @@ class KeyedStream:
             schema=schema,
             state=dict(state or {}),
             order_by=(order_by,) if isinstance(order_by, str) else tuple(order_by),
+            reinterpreted=self.reinterpreted,
         )
 
 

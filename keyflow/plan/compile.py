@@ -16,7 +16,7 @@ from keyflow.config import Config
 from keyflow.errors import PlanError
 from keyflow.keygroups import default_max_parallelism
 from keyflow.plan.graph import Edge, JobGraph, Operator, Partitioner, Vertex
-from keyflow.plan.nodes import KeyedNode, Node, SinkNode, SourceNode, upstream
+from keyflow.plan.nodes import FilterNode, KeyedNode, Node, SinkNode, SourceNode, upstream
 from keyflow.plan.uids import assign_uids
 
 
@@ -159,6 +159,9 @@ def _value(partitioner: Partitioner | None) -> str | None:
 def _partitioner(
     node: Node, nodes: Mapping[int, Node], input_id: int, parallelism: dict[int, int], config: Config
 ) -> Partitioner:
+    if isinstance(node, KeyedNode) and node.reinterpreted:
+        _check_reinterpretable(node, nodes, input_id, parallelism)
+        return Partitioner.FORWARD
     if node.keyed:
         return Partitioner.HASH
     same = parallelism[node.id] == parallelism[input_id]
@@ -168,6 +171,34 @@ def _partitioner(
         return Partitioner.FORWARD
     _check_order_survives(node, nodes[input_id], parallelism[input_id], parallelism[node.id])
     return Partitioner.REBALANCE
+
+
+def _check_reinterpretable(
+    node: KeyedNode, nodes: Mapping[int, Node], input_id: int, parallelism: dict[int, int]
+) -> None:
+    """``reinterpret_as_keyed`` holds only on the rows of a keyed operator on the same keys, at
+    its parallelism, through operators that keep rows as they are (filters)."""
+    upstream = nodes[input_id]
+    while isinstance(upstream, FilterNode):
+        upstream = nodes[upstream.inputs[0]]
+    use = "use key_by(...) instead, which routes every row by its key group"
+    what = f"operator {node.name!r} reinterprets its input as keyed by {list(node.keys)}, but"
+    if not isinstance(upstream, KeyedNode):
+        why = (
+            f"{upstream.kind} {upstream.name!r} may change the key columns"
+            if upstream.inputs
+            else f"{upstream.name!r} is a source, not keyed by keyflow"
+        )
+        raise PlanError(f"{what} {why}; reinterpret_as_keyed follows a keyed operator (process, aggregate); {use}")
+    if tuple(upstream.keys) != tuple(node.keys):
+        keyed_by = f"{upstream.name!r} is keyed by {list(upstream.keys)}"
+        raise PlanError(f"{what} {keyed_by}; reinterpret on the same keys, or {use}")
+    if parallelism[node.id] != parallelism[upstream.id]:
+        raise PlanError(
+            f"operator {node.name!r} reinterprets its input as keyed at parallelism {parallelism[node.id]}, but "
+            f"{upstream.name!r} runs at {parallelism[upstream.id]}: its key groups would move between subtasks; "
+            f"give both the same parallelism, or {use}"
+        )
 
 
 def _sink_keyed_shuffle(sink: SinkNode, same_parallelism: bool, parallelism: int, config: Config) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 
 from keyflow.errors import PlanError
 
+KEYED_KINDS = frozenset({"aggregate", "process", "changelog_normalize"})
 PLAN_FORMAT_VERSION = 2  # 2: operators carry a stable ``uid`` (a string) beside their ``id``
 
 
@@ -35,9 +36,9 @@ class Operator:
 
     @property
     def keyed(self) -> bool:
-        """Whether it keeps keyed state: its input arrives partitioned by key group (a sink
-        routed by its primary key keeps none)."""
-        return self.input_partitioner == Partitioner.HASH.value and self.kind != "sink"
+        """Whether it keeps keyed state by key group: a keyed operator, fed by a hash edge or,
+        reinterpreted as keyed, by a forward one (a sink routed by its primary key keeps none)."""
+        return self.kind in KEYED_KINDS
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,7 @@ class KeyedNode(Node):
 
     keys: tuple[str, ...] = ()
     on_null: Any = None  # None: pipeline.null-keys; or a sink for a dead letter queue
+    reinterpreted: bool = False  # input already keyed by ``keys`` in this partition: no exchange
     keyed: ClassVar[bool] = True
 
     @property

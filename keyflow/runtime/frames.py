@@ -73,7 +73,7 @@ class FrameBuilder:
                         )
                     frame = keyed_exchange(upstream, node.primary_key, self.plan.max_parallelism, operator.parallelism,
                                            keep_key_group=False)  # fmt: skip
-            elif partitioner == Partitioner.HASH.value:
+            elif partitioner == Partitioner.HASH.value or node.keyed:
                 frame = self._keyed(node, upstream)
             else:
                 frame = apply_stateless(node, upstream)
@@ -93,7 +93,9 @@ class FrameBuilder:
             upstream = upstream.filter(~null_key_condition(node.keys))
         policy = "keep" if node.on_null is not None else self.plan.config["pipeline.null-keys"]
         operator = self.plan.operator(node.id)
-        return apply_keyed(node, upstream, operator, self.plan.max_parallelism, policy, self._state.get(operator.uid))
+        verify = not node.reinterpreted or self.plan.config["pipeline.pre-keyed.verify"] == "fail"
+        state = self._state.get(operator.uid)
+        return apply_keyed(node, upstream, operator, self.plan.max_parallelism, policy, state, verify)
 
     def key_types(self, node_id: int) -> dict[str, str]:
         """The Spark types of a built keyed operator's key columns."""

@@ -14,8 +14,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from keyflow.changelog import DELETED, OFFSET, OP, RETRACTIONS
+from keyflow.changelog import DELETED, OFFSET, OP, RETRACTIONS, UPDATE_BEFORE
 from keyflow.errors import PlanError
+from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
 from keyflow.plan.descriptors import ValueState
 from keyflow.plan.graph import Operator
@@ -28,6 +29,7 @@ from keyflow.runtime.changelog import (
 )
 from keyflow.runtime.errors import first_line
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
+from keyflow.runtime.keygroups import key_group_column
 from keyflow.runtime.workers import BatchMapper, ProcessRunner, conform
 from keyflow.state.durable import CheckpointedState, MemoryState
 
@@ -68,6 +70,7 @@ def apply_keyed(
     max_parallelism: int,
     null_keys: str,
     keyed_state: CheckpointedState | None = None,
+    verify: bool = True,
 ) -> DataFrame:
     """aggregate and process: exact exchange by key group, then the keyed operator.
 
@@ -87,6 +90,8 @@ def apply_keyed(
     def exchange(rows: DataFrame, keep_key_group: bool) -> DataFrame:
         if null_keys == "drop":
             rows = rows.filter(~null_key_condition(node.keys))
+        if node.reinterpreted:  # already in the subtask of its key group: the worker checks that
+            return rows.withColumn(KEY_GROUP_COLUMN, key_group_column(list(node.keys), max_parallelism))
         return keyed_exchange(rows, node.keys, max_parallelism, parallelism, keep_key_group, fail_message)
 
     def run(
@@ -94,7 +99,7 @@ def apply_keyed(
     ) -> DataFrame:
         runner = ProcessRunner(
             function, schema, node.keys, order_by, state, max_parallelism, parallelism,
-            f"{node.kind} {node.name!r}", keyed_state or MemoryState(),
+            f"{node.kind} {node.name!r}", keyed_state or MemoryState(), node.reinterpreted, verify,
         )  # fmt: skip
         return map_in_arrow(exchanged, runner, schema, node)
 
@@ -108,6 +113,11 @@ def apply_keyed(
             return run(exchanged, normalize, output, Normalize.state(types, node.keys), (OFFSET,))
         if isinstance(node, nodes.AggregateNode) and node.changelog:
             return _retracting_aggregate(node, frame, exchange, run)
+        if isinstance(node, nodes.AggregateNode) and node.reinterpreted:
+            # No exchange, so no Spark groupBy (it would shuffle): whole keys aggregated in the worker,
+            # and, like key_by's aggregate, each changed key's new values without row kinds.
+            changes = _retracting_aggregate(node, frame, exchange, run)
+            return changes.filter(F.col(OP) != F.lit(UPDATE_BEFORE)).drop(OP)
         if isinstance(node, nodes.AggregateNode) and keyed_state is None:
             columns = [F.expr(expression).alias(name) for name, expression in node.aggregations.items()]
             grouped = frame.groupBy(*node.keys)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from pyspark import TaskContext
 
@@ -91,10 +92,12 @@ class ProcessRunner:
         parallelism: int,
         operator: str,
         keyed_state: MemoryState | CheckpointedState,
+        reinterpreted: bool = False,
+        verify: bool = True,
     ) -> None:
         self.function, self.schema, self.keys, self.order_by, self.state = function, schema, keys, order_by, state
         self.max_parallelism, self.parallelism, self.operator = max_parallelism, parallelism, operator
-        self.keyed_state = keyed_state
+        self.keyed_state, self.reinterpreted, self.verify = keyed_state, reinterpreted, verify
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
@@ -123,15 +126,25 @@ class ProcessRunner:
             table = table.sort_by([(column, "ascending") for column in (*self.keys, *self.order_by)])
         key_groups = table.column(KEY_GROUP_COLUMN).to_numpy().astype(np.int32)
         first, last = self._range
-        if key_groups.min() < first or key_groups.max() > last:
-            raise WorkerError(
-                f"{WORKER_ERROR_MARKER}{self.operator}: subtask {self._subtask} received key groups outside its "
-                f"range {first}..{last}; the keyed exchange is broken (please report this)"
-            )
+        if self.verify and (key_groups.min() < first or key_groups.max() > last):
+            raise WorkerError(f"{WORKER_ERROR_MARKER}{self._outside_range(table, key_groups, first, last)}")
         keyed = KeyedBatch.from_sorted(table.drop_columns([KEY_GROUP_COLUMN]), self.keys, key_groups, self._subtask)
         state = KeyedState(self._store, self._store.slots(keyed.keys, keyed.key_groups), self._kinds)
         result = _call_user(self.function, self.operator, keyed, state)
         yield from conform(result, self.schema, self.operator).to_batches()
+
+    def _outside_range(self, table: pa.Table, key_groups: npt.NDArray[np.int32], first: int, last: int) -> str:
+        outside = np.flatnonzero((key_groups < first) | (key_groups > last))
+        where = f"{self.operator}: subtask {self._subtask} (key groups {first}..{last}) received"
+        if not self.reinterpreted:
+            return f"{where} key groups outside its range; the keyed exchange is broken (please report this)"
+        key = {name: table.column(name)[int(outside[0])].as_py() for name in self.keys}
+        return (
+            f"{where} {len(outside)} row(s) of other subtasks' key groups, e.g. key {key} in key group "
+            f"{int(key_groups[outside[0]])}: the stream is not keyed by {list(self.keys)} as reinterpret_as_keyed "
+            "declared (were the key columns changed?); use key_by(...), or set pipeline.pre-keyed.verify=off "
+            "only if the keys are right"
+        )
 
 
 def _last_key_start(table: pa.Table, keys: tuple[str, ...]) -> int:
