@@ -104,6 +104,12 @@ def test_rows_not_keyed_as_declared_stop_the_job(tmp_path: Path) -> None:
             r"'aggregate' is keyed by \['user', 'page'\]; reinterpret on the same keys, or use key_by",
         ),
         (
+            lambda s: (
+                s.key_by("user").aggregate(n="count(*)").filter("n > 0", parallelism=3).reinterpret_as_keyed("user")
+            ),
+            r"filter 'filter' before it runs at 3 and rebalances the rows; give it the same parallelism, or use key_by",
+        ),
+        (
             lambda s: s.key_by("user").aggregate(n="count(*)").set_parallelism(3).reinterpret_as_keyed("user"),
             r"at parallelism 2, but 'aggregate' runs at 3: its key groups would move between subtasks",
         ),
@@ -164,3 +170,57 @@ def test_streaming_restart_and_live_rescale_keep_the_state_of_both_operators(tmp
     expected = everything.assign(number=everything.groupby("user").cumcount() + 1)[["user", "seq", "number"]]
     got = read_output(tmp_path / "out").sort_values("seq").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected.reset_index(drop=True), check_dtype=False)
+
+
+def totals_then_aggregate(base: Path, how: str) -> Pipeline:
+    from keyflow import log
+    from tests.streams import TOTAL_SCHEMA, TOTAL_STATE, config, running_total
+
+    p = Pipeline(config=config(2))
+    totals = (
+        p.source(log(str(base / "log"), rows_per_batch=400))
+        .key_by("user")
+        .process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq")
+    )
+    keyed = totals.reinterpret_as_keyed("user") if how == "reinterpret" else totals.key_by("user")
+    keyed.aggregate(top="max(total)", n="count(*)").sink(parquet(str(base / f"out-{how}")))
+    return p
+
+
+def test_streaming_aggregate_after_it_emits_what_key_by_emits(tmp_path: Path) -> None:
+    """Per micro-batch, every key the batch touched with its running values (changed or not)."""
+    from tests.streams import append, events, read_output
+
+    append(tmp_path / "log", events(1_600, 40, start=0, seed=31))
+    outputs = {}
+    for how in ("reinterpret", "key_by"):
+        totals_then_aggregate(tmp_path, how).run(checkpoint=str(tmp_path / f"ckpt-{how}"), available_now=True)
+        outputs[how] = read_output(tmp_path / f"out-{how}").sort_values(["user", "n", "top"]).reset_index(drop=True)
+    assert len(outputs["key_by"]) > 40  # several micro-batches, keys repeated
+    pd.testing.assert_frame_equal(outputs["reinterpret"], outputs["key_by"], check_dtype=False)
+
+    with pytest.raises(PlanError, match=r"operator 'aggregate' \(uid 'aggregate\[user\]'\) keeps .*'layout': "
+                       r"'retracting'.* holds .*'layout': 'partials'"):  # fmt: skip
+        totals_then_aggregate(tmp_path, "reinterpret").run(checkpoint=str(tmp_path / "ckpt-key_by"), available_now=True)
+
+
+def test_null_keys_and_unsupported_aggregates_after_it(tmp_path: Path) -> None:
+    write_clicks(tmp_path / "clicks", rows=1_000, users=30)
+
+    def null_some_users(batch: KeyedBatch, state: KeyedState) -> pa.Table:
+        users = batch.keys.column("user").to_pylist()
+        return pa.table({"user": [None if i % 3 == 0 else u for i, u in enumerate(users)], "clicks": [1] * len(users)})
+
+    p = Pipeline(parallelism=2, config=TEST_SPARK)
+    nulls = per_user(p, tmp_path / "clicks").key_by("user").process(null_some_users, "user string, clicks long")
+    nulls.reinterpret_as_keyed("user").aggregate(n="sum(clicks)").sink(parquet(str(tmp_path / "out")))
+    with pytest.raises(PipelineError, match=r"have a null in key column\(s\) \['user'\]"):
+        p.run()
+
+    q = Pipeline(parallelism=2, config=TEST_SPARK)
+    per_user(q, tmp_path / "clicks").reinterpret_as_keyed("user").aggregate(s="stddev(revenue)").sink(
+        parquet(str(tmp_path / "out2"))
+    )
+    with pytest.raises(PlanError, match=r"aggregate s='stddev\(revenue\)' is not supported after reinterpret_as_keyed"
+                       r" \(it runs in the worker; use key_by for others\)"):  # fmt: skip
+        q.run()

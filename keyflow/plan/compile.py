@@ -179,9 +179,15 @@ def _check_reinterpretable(
     """``reinterpret_as_keyed`` holds only on the rows of a keyed operator on the same keys, at
     its parallelism, through operators that keep rows as they are (filters)."""
     upstream = nodes[input_id]
-    while isinstance(upstream, FilterNode):
-        upstream = nodes[upstream.inputs[0]]
     use = "use key_by(...) instead, which routes every row by its key group"
+    while isinstance(upstream, FilterNode):
+        if parallelism[upstream.id] != parallelism[node.id]:
+            raise PlanError(
+                f"operator {node.name!r} reinterprets its input as keyed at parallelism {parallelism[node.id]}, but "
+                f"filter {upstream.name!r} before it runs at {parallelism[upstream.id]} and rebalances the rows; give "
+                f"it the same parallelism, or {use}"
+            )
+        upstream = nodes[upstream.inputs[0]]
     what = f"operator {node.name!r} reinterprets its input as keyed by {list(node.keys)}, but"
     if not isinstance(upstream, KeyedNode):
         why = (

@@ -117,6 +117,8 @@ class AggregateNode(KeyedNode):
         described: dict[str, Any] = {"keys": list(self.keys), "aggregations": dict(self.aggregations)}
         if self.changelog:
             described["changelog"] = True
+        if self.changelog or self.reinterpreted:  # state kept for retraction, not running partials
+            described["state_layout"] = "retracting"
         return described
 
 

@@ -20,6 +20,7 @@ def state_signature(operator: Operator) -> dict[str, Any]:
         "kind": operator.kind,
         "keys": details.get("keys"),
         "state": details.get("state", details.get("aggregations")),
+        "layout": details.get("state_layout", "partials"),
     }
 
 

@@ -73,7 +73,9 @@ def _parse(spark: SparkSession, operator: str, aggregations: dict[str, str]) -> 
 RETRACTABLE = ("count", "sum", "avg", "min", "max", "count(distinct)")
 
 
-def retracting_aggregates(spark: SparkSession, operator: str, aggregations: dict[str, str]) -> list[Retracting]:
+def retracting_aggregates(
+    spark: SparkSession, operator: str, aggregations: dict[str, str], where: str = "over a changelog"
+) -> list[Retracting]:
     """Each ``name='function(argument)'`` of an aggregate over a changelog, or a PlanError
     naming the one that cannot retract a row; ``argument`` is the Spark expression."""
     parser = spark._jsparkSession.sessionState().sqlParser()  # type: ignore[union-attr]
@@ -92,8 +94,8 @@ def retracting_aggregates(spark: SparkSession, operator: str, aggregations: dict
                 function = ""
         if function not in ("count", "sum", "avg", "min", "max", "count_distinct"):
             raise PlanError(
-                f"operator {operator!r}: aggregate {name}={expression!r} cannot retract rows of a changelog; "
-                f"an aggregate over a changelog supports {', '.join(RETRACTABLE)} of one argument"
+                f"operator {operator!r}: aggregate {name}={expression!r} is not supported {where}; an aggregate "
+                f"{where.split(' (')[0]} supports {', '.join(RETRACTABLE)} of one argument"
             )
         argument = arguments.apply(0)
         star = argument.getClass().getSimpleName() in ("UnresolvedStar", "Literal") and function == "count"

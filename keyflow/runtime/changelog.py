@@ -94,8 +94,10 @@ def sum_type(argument: pa.DataType) -> pa.DataType:
 class RetractingAggregate:
     """The process function of a changelog aggregate: rows carry ``SIGN`` and the arguments."""
 
-    def __init__(self, keys: tuple[str, ...], aggregates: tuple[Retracting, ...]) -> None:
-        self.keys, self.aggregates = keys, aggregates
+    def __init__(self, keys: tuple[str, ...], aggregates: tuple[Retracting, ...], every_key: bool = False) -> None:
+        """``every_key``: emit every key of the batch, changed or not (the upsert output of
+        ``key_by(...).aggregate``), instead of only changed results (a changelog)."""
+        self.keys, self.aggregates, self.every_key = keys, aggregates, every_key
 
     def __call__(self, batch: KeyedBatch, state: KeyedState) -> pa.Table:
         keys, sign = batch.key_index, batch.data.column(SIGN).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -106,7 +108,7 @@ class RetractingAggregate:
         after: dict[str, pa.Array] = {}
         for aggregate in self.aggregates:
             before[aggregate.name], after[aggregate.name] = self._update(aggregate, batch, state, sign, ~exists)
-        changed = ~_equal_rows(before, after, batch.num_keys)
+        changed = np.ones(batch.num_keys, dtype=bool) if self.every_key else ~_equal_rows(before, after, batch.num_keys)
         retract, add = existed & (~exists | changed), exists & (~existed | changed)
         old = _with_op(batch.keys, before, retract, np.where(exists, UPDATE_BEFORE, DELETE))
         new = _with_op(batch.keys, after, add, np.where(existed, UPDATE_AFTER, INSERT))

@@ -57,6 +57,11 @@ def apply_stateless(node: nodes.Node, frame: DataFrame) -> DataFrame:
 
 def require_key_columns(node: nodes.KeyedNode, frame: DataFrame) -> None:
     missing = [key for key in node.keys if key not in frame.columns]
+    if missing and node.reinterpreted:
+        raise PlanError(
+            f"operator {node.name!r}: reinterpret_as_keyed column(s) {missing} are not in the rows of the operator "
+            f"before it ({frame.columns}); keep the key columns in its output, or use key_by(...)"
+        )
     if missing:
         raise PlanError(
             f"operator {node.name!r}: key_by column(s) {missing} not found; available columns: {frame.columns}"
@@ -91,7 +96,12 @@ def apply_keyed(
         if null_keys == "drop":
             rows = rows.filter(~null_key_condition(node.keys))
         if node.reinterpreted:  # already in the subtask of its key group: the worker checks that
-            return rows.withColumn(KEY_GROUP_COLUMN, key_group_column(list(node.keys), max_parallelism))
+            key_group = key_group_column(list(node.keys), max_parallelism)
+            if fail_message is not None:
+                key_group = F.when(null_key_condition(node.keys), F.raise_error(F.lit(fail_message))).otherwise(
+                    key_group
+                )
+            return rows.withColumn(KEY_GROUP_COLUMN, key_group)
         return keyed_exchange(rows, node.keys, max_parallelism, parallelism, keep_key_group, fail_message)
 
     def run(
@@ -152,7 +162,9 @@ def apply_keyed(
 def _retracting_aggregate(node: nodes.AggregateNode, frame: DataFrame, exchange: Any, run: Any) -> DataFrame:
     """An aggregate whose input may retract rows (``op`` -U/-D) and whose output is a changelog:
     Spark evaluates each argument and the row's sign, the state keeps what retraction needs."""
-    aggregates = retracting_aggregates(frame.sparkSession, node.name, dict(node.aggregations))
+    where = "after reinterpret_as_keyed (it runs in the worker; use key_by for others)" if not node.changelog else (
+        "over a changelog")  # fmt: skip
+    aggregates = retracting_aggregates(frame.sparkSession, node.name, dict(node.aggregations), where)
     if node.changelog_input and OP not in frame.columns:
         raise PlanError(
             f"operator {node.name!r}: its input is a changelog, but the rows reaching it have no {OP!r} column (a "
@@ -174,7 +186,7 @@ def _retracting_aggregate(node: nodes.AggregateNode, frame: DataFrame, exchange:
         state.update(spec.state(argument_type))
         output.append(pa.field(aggregate.name, spec.output_type(argument_type)))
     output.append(pa.field(OP, pa.string()))
-    function = RetractingAggregate(node.keys, tuple(specs))
+    function = RetractingAggregate(node.keys, tuple(specs), every_key=not node.changelog)
     # Ordered by sign only to receive whole keys per call: one -U/+U pair per changed key and micro-batch.
     return run(exchange(prepared, keep_key_group=True).sortWithinPartitions(*node.keys), function, pa.schema(output),
                state, (SIGN,))  # fmt: skip
