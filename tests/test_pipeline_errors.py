@@ -35,8 +35,11 @@ def pipeline(**config: object) -> Pipeline:
     return Pipeline(parallelism=2, config={**TEST_SPARK, **config})
 
 
-def test_null_keys_fail_with_the_count(with_nulls: Path) -> None:
-    stream = pipeline().source(files(with_nulls)).key_by("user").aggregate(total="sum(price)").set_name("per_user")
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_null_keys_fail_with_the_count(with_nulls: Path, parallelism: int) -> None:
+    """Also at parallelism 1, where Spark's one-partition exchange ignores the routing expression."""
+    p = Pipeline(parallelism=parallelism, config=TEST_SPARK)
+    stream = p.source(files(with_nulls)).key_by("user").aggregate(total="sum(price)").set_name("per_user")
     with pytest.raises(
         PipelineError, match=r"operator 'per_user': 2 of 5 rows have a null in key column\(s\) \['user'\]"
     ):

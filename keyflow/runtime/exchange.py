@@ -61,7 +61,10 @@ def keyed_exchange(
         key_group = F.col(KEY_GROUP_COLUMN)
     route = route_column(subtask_column(key_group, max_parallelism, parallelism), parallelism)
     if fail_on_null is not None:
-        route = F.when(null_key_condition(keys), F.raise_error(F.lit(fail_on_null))).otherwise(route)
+        check = F.when(null_key_condition(keys), F.raise_error(F.lit(fail_on_null)))
+        if parallelism == 1:  # Spark's one-partition exchange never evaluates its expression
+            frame = frame.filter(check.otherwise(F.lit(True)))
+        route = check.otherwise(route)
     return frame.repartition(parallelism, route.alias(_ROUTE))
 
 
