@@ -116,10 +116,11 @@ OPTIONS: dict[str, Option] = {
         ),
         Option(
             "pipeline.pre-keyed.verify",
-            _choice("fail", "off"),
+            _choice("fail", "warn", "off"),
             "fail",
             "Streams reinterpreted as keyed (reinterpret_as_keyed): fail stops the job when a row's key group "
-            "is not its subtask's (the stream was not keyed as declared); off trusts the declaration.",
+            "is not its subtask's, or a key of a pre-keyed source is in two splits, before the batch commits; "
+            "warn counts and logs keys in two splits and goes on; off checks nothing.",
         ),
         Option(
             "pipeline.progress",

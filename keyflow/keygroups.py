@@ -16,6 +16,7 @@ per key group never has to be re-hashed. Pure math: no Spark here.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -246,3 +247,41 @@ def _integer(value: Any, what: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise KeyflowError(f"{what} must be an integer, got {value!r}")
     return int(value)
+
+
+def split_key_groups(known: Sequence[int], splits: int, max_parallelism: int) -> list[int]:
+    """The key group of each of ``splits`` splits: ``known`` (persisted) kept as they are.
+
+    The first splits are spread evenly over ``[0, K)`` (split ``s`` of ``S`` at the middle of
+    the ``s``-th ``K/S`` slice), so every parallelism's contiguous key-group ranges hold an even
+    share of splits. A split added later takes the middle of the widest run of key groups no
+    split has, so it gets a key group of its own and the spread stays even.
+    """
+    if splits < len(known):
+        raise KeyflowError(
+            f"the source has {splits} splits but the checkpoint maps {len(known)} splits to key groups; splits "
+            "were removed (the log was recreated?). Restore the missing splits, or start a new checkpoint"
+        )
+    if splits > max_parallelism:
+        raise KeyflowError(
+            f"the source has {splits} splits, more than the max parallelism {max_parallelism}: every split of a "
+            f"pre-keyed source needs a key group of its own. Set pipeline.max-parallelism to at least {splits} (a "
+            "new checkpoint), or use key_by(...), which hashes keys into key groups"
+        )
+    if not known:
+        return [((2 * split + 1) * max_parallelism) // (2 * splits) for split in range(splits)]
+    mapping = list(known)
+    used = sorted(set(mapping))
+    while len(mapping) < splits:
+        bounds = [-1, *used, max_parallelism]
+        widest = max(range(len(bounds) - 1), key=lambda i: bounds[i + 1] - bounds[i])
+        chosen = (bounds[widest] + bounds[widest + 1] + 1) // 2
+        mapping.append(chosen)
+        used = sorted([*used, chosen])
+    return mapping
+
+
+def splits_per_subtask(mapping: Sequence[int], max_parallelism: int, parallelism: int) -> list[int]:
+    """Splits per subtask at ``parallelism`` (for plans and docs)."""
+    subtasks = np.asarray(mapping, dtype=np.int64) * parallelism // max_parallelism
+    return [int(count) for count in np.bincount(subtasks, minlength=parallelism)]

@@ -42,6 +42,9 @@ def append(
         list[str] | None, typer.Option("--key", "-k", help="Key column(s): a key stays in one split.")
     ] = None,
     splits: Annotated[int, typer.Option("--splits", help="Number of splits when the log is created.")] = 4,
+    split: Annotated[
+        int | None, typer.Option("--split", help="Append every record to this split (your own partitioner).")
+    ] = None,
 ) -> None:
     """Append the records of FILE; a new log takes FILE's schema."""
     with user_errors():
@@ -52,8 +55,19 @@ def append(
             target = Log(log)
         except PlanError:
             target = Log.create(log, splits, records.schema)
-        appended = target.append(records, key=key or None)
+        appended = target.append(records, key=key or None, split=split)
     typer.echo(f"appended {sum(appended.values()):,} records to {log} ({len(appended)} of {target.splits} splits)")
+
+
+@log_app.command("add-splits")
+def add_splits(
+    log: Annotated[str, typer.Argument(help="Log directory.")],
+    count: Annotated[int, typer.Argument(help="How many empty splits to add.")],
+) -> None:
+    """Add empty splits (as Kafka adds partitions); a running pre-keyed pipeline reads them too."""
+    with user_errors():
+        total = Log(log).add_splits(count)
+    typer.echo(f"{log} now has {total} splits")
 
 
 @log_app.command("describe")

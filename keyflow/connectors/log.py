@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,11 +35,9 @@ class Log:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self.fs, self.root = filesystem(self.path)
-        meta = f"{self.root}/{_META}"
-        if not exists(self.fs, meta):
+        if not exists(self.fs, f"{self.root}/{_META}"):
             raise PlanError(f"{self.path} is not a keyflow log; create it with `keyflow log append {self.path} ...`")
-        with self.fs.open_input_stream(meta) as stream:
-            described = json.loads(stream.read())
+        described = self._read_meta()
         self._described = described
         self.splits: int = described["splits"]
         self.schema: pa.Schema = ipc.read_schema(pa.py_buffer(bytes.fromhex(described["schema"])))
@@ -66,6 +65,42 @@ class Log:
             files.create_dir(f"{root}/split-{split:04d}", recursive=True)
         return Log(path)
 
+    def add_splits(self, count: int) -> int:
+        """Add ``count`` empty splits (as Kafka adds partitions); returns the new number of splits.
+
+        Records already written stay in their splits. A keyed append afterwards spreads keys
+        over all splits, so a key could then be in two splits: the log is no longer split by
+        that key (a changelog log refuses: the order of a key's changes would be lost)."""
+        if not is_positive_int(count):
+            raise PlanError(f"add_splits needs a count >= 1, got {count!r}")
+        if OP in self.schema.names:
+            raise PlanError(
+                f"changelog {self.path} cannot get more splits: the changes of a key would move to another split "
+                "and lose their order; write a new log with more splits"
+            )
+        with self._lock():
+            described = self._read_meta()
+            first = described["splits"]
+            for split in range(first, first + count):
+                self.fs.create_dir(f"{self.root}/split-{split:04d}", recursive=True)
+            described["splits"] = first + count
+            if described.get("key") and any(self.end_offsets()):
+                described["key"] = False
+            _write_json(self.fs, f"{self.root}/{_META}", described)
+            self._described, self.splits = described, first + count
+        return self.splits
+
+    def refresh(self) -> int:
+        """Read the number of splits again (another process may have added some)."""
+        self._described = self._read_meta()
+        self.splits = self._described["splits"]
+        return self.splits
+
+    def _read_meta(self) -> dict[str, Any]:
+        with self.fs.open_input_stream(f"{self.root}/{_META}") as stream:
+            described: dict[str, Any] = json.loads(stream.read())
+        return described
+
     def _segments(self, split: int) -> list[tuple[int, int, str]]:
         selector = fs.FileSelector(f"{self.root}/split-{split:04d}", allow_not_found=True)
         segments = []
@@ -79,9 +114,10 @@ class Log:
         """The next offset of every split (its number of records)."""
         return [segments[-1][1] if (segments := self._segments(split)) else 0 for split in range(self.splits)]
 
-    def append(self, records: pa.Table, key: str | list[str] | None = None) -> dict[int, int]:
+    def append(self, records: pa.Table, key: str | list[str] | None = None, split: int | None = None) -> dict[int, int]:
         """Append ``records``; with ``key`` each key goes to one split (``key group mod splits``
-        of its Spark hash), else rows are spread round-robin. Returns records appended per split.
+        of its Spark hash); with ``split`` all go to that split (a partitioner of your own);
+        else rows are spread round-robin. Returns records appended per split.
 
         A changelog log (one with an ``op`` column) takes rows of kinds +I, -U, +U, -D; an
         upsert log takes a row per change, a row whose non-key columns are all null deleting its
@@ -99,31 +135,39 @@ class Log:
                     f"append to changelog {self.path} needs key= (--key): the changes of a key must stay in one "
                     "split to keep their order; give the primary key"
                 )
-        if names is not None:
-            check_key_columns(names, self.schema)
-            splits = assign_to_key_groups(records.select(names), self.splits, hash="spark")
-        else:
-            splits = np.arange(records.num_rows) % self.splits
+        if split is not None and names is not None:
+            raise PlanError(f"append to {self.path}: give key= or split=, not both")
         with self._lock():
+            self.refresh()
+            if split is not None:
+                if not (isinstance(split, int) and 0 <= split < self.splits):
+                    raise PlanError(
+                        f"append to {self.path}: split={split!r} is not one of its splits 0..{self.splits - 1}"
+                    )
+                splits = np.full(records.num_rows, split)
+            elif names is not None:
+                check_key_columns(names, self.schema)
+                splits = assign_to_key_groups(records.select(names), self.splits, hash="spark")
+            else:
+                splits = np.arange(records.num_rows) % self.splits
             self._record_key(names)
             ends = self.end_offsets()
             appended = {}
-            for split in np.unique(splits):
-                part = records.filter(pa.array(splits == split))
-                first = ends[int(split)]
-                directory = f"{self.root}/split-{int(split):04d}"
+            for target in np.unique(splits):
+                part = records.filter(pa.array(splits == target))
+                first = ends[int(target)]
+                directory = f"{self.root}/split-{int(target):04d}"
                 temporary = f"{directory}/.{first:020d}-{uuid.uuid4().hex}.tmp"
                 with self.fs.open_output_stream(temporary) as stream, ipc.new_file(stream, self.schema) as writer:
                     writer.write_table(part)
                 self.fs.move(temporary, f"{directory}/{first:020d}-{first + part.num_rows:020d}.arrow")
-                appended[int(split)] = part.num_rows
+                appended[int(target)] = part.num_rows
         return appended
 
     def _record_key(self, names: list[str] | None) -> None:
         """Remember the key appends split by; a different or missing one unkeys the log for good
         (a changelog log refuses it: its order per key would be lost)."""
-        with self.fs.open_input_stream(f"{self.root}/{_META}") as stream:
-            described = json.loads(stream.read())
+        described = self._read_meta()
         first = not any(self.end_offsets())
         recorded = described.get("key")
         key: list[str] | bool = names if names is not None and (first or recorded == names) else False

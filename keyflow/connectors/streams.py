@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +23,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from keyflow.changelog import MODES, OFFSET, OP
 from keyflow.connectors.log import Log, check_key_columns
 from keyflow.errors import PlanError, positive_option
-from keyflow.paths import absolute
+from keyflow.keygroups import KEY_GROUP_COLUMN, split_key_groups
+from keyflow.paths import absolute, filesystem
 
 
 class RowRangeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -93,10 +95,14 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     Splits are spread over ``partitions`` Spark partitions (split ``s`` → partition
     ``s % partitions``), so the source's parallelism does not depend on the number of splits.
+    A pre-keyed log (option ``layout``: a file the job rewrites when it rescales) is read as
+    its keyed operators need it: partition ``i`` reads the splits whose key groups subtask
+    ``i`` owns, and each row carries its split's key group.
     """
 
     def __init__(self, options: dict[str, str]) -> None:
         self.log = Log(options["path"])
+        self.layout = options.get("layout")
         self.offsets = options.get("offsets") == "true"
         self.partitions_count = int(options["partitions"])
         self.per_batch = int(options["rows_per_batch"]) if options.get("rows_per_batch") else None
@@ -112,7 +118,11 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = self._ends()
 
     def _ends(self) -> dict[str, int]:
-        return {str(split): end for split, end in enumerate(self.log.end_offsets())}
+        self.log.refresh()  # splits added while running are read too
+        ends = self.log.end_offsets()
+        if self.layout is not None:
+            ends = ends[: len(self._map_new_splits())]
+        return {str(split): end for split, end in enumerate(ends)}
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         ends = self.target or self._ends()
@@ -133,17 +143,52 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = {split: start.get(split, 0) + taken.get(split, 0) for split in ends}
         return ends
 
+    def _map_new_splits(self) -> list[int]:
+        """The key group of every split, splits added since the last micro-batch included: the
+        job persists the layout's mapping with the next commit (the same mapping it derives
+        itself on a restart: added splits are mapped in order, each by the same rule)."""
+        layout = read_layout(str(self.layout))
+        key_groups: list[int] = layout["key_groups"]
+        if self.log.splits > len(key_groups):
+            key_groups = split_key_groups(key_groups, self.log.splits, layout["max_parallelism"])
+            write_layout(str(self.layout), key_groups, layout["max_parallelism"], layout["parallelism"])
+        return key_groups
+
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        assigned: list[list[tuple[int, int, int]]] = [[] for _ in range(self.partitions_count)]
+        if self.layout is not None:
+            return self._pre_keyed_partitions(start, end)
+        assigned: list[list[tuple[int, int, int, int]]] = [[] for _ in range(self.partitions_count)]
         for split, last in end.items():
             first = start.get(split, 0)
             if last > first:
-                assigned[int(split) % self.partitions_count].append((int(split), first, last))
+                assigned[int(split) % self.partitions_count].append((int(split), first, last, -1))
+        return [InputPartition(json.dumps(ranges)) for ranges in assigned]
+
+    def _pre_keyed_partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        layout = read_layout(str(self.layout))
+        key_groups, parallelism = layout["key_groups"], layout["parallelism"]
+        max_parallelism = layout["max_parallelism"]
+        assigned: list[list[tuple[int, int, int, int]]] = [[] for _ in range(parallelism)]
+        for split, last in end.items():
+            first = start.get(split, 0)
+            if last <= first:
+                continue
+            if int(split) >= len(key_groups):
+                raise ValueError(
+                    f"log {self.log.path}: split {split} has no key group in {self.layout}; it was added after "
+                    "the micro-batch was planned. Restart the pipeline; it maps new splits on start"
+                )
+            key_group = key_groups[int(split)]
+            assigned[key_group * parallelism // max_parallelism].append((int(split), first, last, key_group))
         return [InputPartition(json.dumps(ranges)) for ranges in assigned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        for split, first, last in json.loads(partition.value):
-            yield from self.log.read(split, first, last, self.offsets)
+        for split, first, last, key_group in json.loads(partition.value):
+            for batch in self.log.read(split, first, last, self.offsets):
+                if self.layout is not None:
+                    column = pa.array(np.full(batch.num_rows, key_group, dtype=np.int32))
+                    batch = batch.append_column(KEY_GROUP_COLUMN, column)
+                yield batch
 
 
 class LogDataSource(DataSource):
@@ -157,10 +202,29 @@ class LogDataSource(DataSource):
         schema = Log(self.options["path"]).schema
         if self.options.get("offsets") == "true":
             schema = schema.append(pa.field(OFFSET, pa.int64()))
+        if self.options.get("layout"):
+            schema = schema.append(pa.field(KEY_GROUP_COLUMN, pa.int32()))
         return from_arrow_schema(schema)
 
     def streamReader(self, schema: Any) -> LogReader:
         return LogReader(self.options)
+
+
+def write_layout(path: str, key_groups: list[int], max_parallelism: int, parallelism: int) -> None:
+    """Tell a pre-keyed log reader how to lay out the next micro-batch it plans."""
+    layout = {"key_groups": key_groups, "max_parallelism": max_parallelism, "parallelism": parallelism}
+    files, target = filesystem(path)
+    temporary = f"{target}.tmp-{uuid.uuid4().hex}"
+    with files.open_output_stream(temporary) as stream:
+        stream.write(json.dumps(layout).encode())
+    files.move(temporary, target)
+
+
+def read_layout(path: str) -> dict[str, Any]:
+    files, target = filesystem(path)
+    with files.open_input_stream(target) as stream:
+        layout: dict[str, Any] = json.loads(stream.read())
+    return layout
 
 
 def register(spark: SparkSession) -> None:
@@ -177,6 +241,7 @@ class LogStreamSource:
     stays correct at any parallelism."""
 
     unbounded = True
+    pre_keyable = True  # its splits can be read as a pre-keyed stream (reinterpret_as_keyed)
 
     def __init__(
         self,
@@ -230,9 +295,17 @@ class LogStreamSource:
     def read(self, spark: SparkSession, parallelism: int) -> Any:
         raise PlanError(f"log({self.path!r}) is unbounded; run the pipeline with a checkpoint: run(checkpoint=...)")
 
-    def read_stream(self, spark: SparkSession, parallelism: int) -> Any:
+    def current_splits(self) -> int:
+        """The log's number of splits now (splits may be added while a pipeline runs)."""
+        return Log(self.path).splits
+
+    def read_stream(self, spark: SparkSession, parallelism: int, layout: str | None = None) -> Any:
+        """The log as a streaming DataFrame; with ``layout`` (see :func:`write_layout`) read
+        pre-keyed: each subtask reads the splits of its key groups, rows carry the key group."""
         register(spark)
         reader = spark.readStream.format("keyflow-log").option("path", self.path).option("partitions", parallelism)
+        if layout is not None:
+            reader = reader.option("layout", layout)
         if self.changelog_mode != "insert":
             reader = reader.option("offsets", "true")
         if self.rows_per_batch:

@@ -16,7 +16,16 @@ from keyflow.config import Config
 from keyflow.errors import PlanError
 from keyflow.keygroups import default_max_parallelism
 from keyflow.plan.graph import Edge, JobGraph, Operator, Partitioner, Vertex
-from keyflow.plan.nodes import FilterNode, KeyedNode, Node, SinkNode, SourceNode, upstream
+from keyflow.plan.nodes import (
+    FilterNode,
+    KeyedNode,
+    Node,
+    SinkNode,
+    SourceNode,
+    WithColumnsNode,
+    keyed_origin,
+    upstream,
+)
 from keyflow.plan.uids import assign_uids
 
 
@@ -63,6 +72,17 @@ class CompiledPlan:
     def sources(self) -> list[SourceNode]:
         return [node for node in self.nodes.values() if isinstance(node, SourceNode)]
 
+    def pre_keyed_by(self, node_id: int) -> tuple[str, ...]:
+        """The keys a source is read pre-keyed by (a ``reinterpret_as_keyed`` after it), or ()."""
+        return tuple(self.operator(node_id).details.get("pre_keyed_by", ()))
+
+    def reads_pre_keyed(self, node: Node) -> bool:
+        """Whether ``node`` reinterprets a pre-keyed source (its rows carry their split's key group)."""
+        if not (isinstance(node, KeyedNode) and node.reinterpreted):
+            return False
+        origin = keyed_origin(self.nodes, node.inputs[0])
+        return isinstance(origin, SourceNode) and bool(self.pre_keyed_by(origin.id))
+
     def keyed_nodes(self) -> dict[str, KeyedNode]:
         """The operators that keep keyed state, by uid."""
         return {self.uid(n.id): n for n in self.nodes.values() if isinstance(n, KeyedNode) and self.is_keyed(n.id)}
@@ -98,6 +118,7 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
         for input_id in node.inputs:
             consumers[input_id] = consumers.get(input_id, 0) + 1
 
+    pre_keyed = _pre_keyed_sources(ordered, nodes)
     vertex_of: dict[int, int] = {}
     chains: list[list[Node]] = []
     edges: list[Edge] = []
@@ -132,7 +153,7 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
                     node.kind,
                     parallelism[node.id],
                     _value(input_partitioner[node.id]),
-                    node.describe(),
+                    {**node.describe(), **({"pre_keyed_by": list(pre_keyed[node.id])} if node.id in pre_keyed else {})},
                 )
                 for node in chain
             ),
@@ -173,29 +194,60 @@ def _partitioner(
     return Partitioner.REBALANCE
 
 
+def _pre_keyed_sources(ordered: list[Node], nodes: Mapping[int, Node]) -> dict[int, tuple[str, ...]]:
+    """Sources read as pre-keyed streams: those a ``reinterpret_as_keyed`` reaches through
+    row-keeping operators, with the keys it declares (one set of keys per source)."""
+    found: dict[int, tuple[str, ...]] = {}
+    for node in ordered:
+        if not (isinstance(node, KeyedNode) and node.reinterpreted):
+            continue
+        origin = keyed_origin(nodes, node.inputs[0])
+        if not isinstance(origin, SourceNode):
+            continue
+        if found.get(origin.id, node.keys) != node.keys:
+            raise PlanError(
+                f"source {origin.name!r} is reinterpreted as keyed by {list(found[origin.id])} and by "
+                f"{list(node.keys)}; its splits are partitioned by one key. Reinterpret by that key and use "
+                "key_by(...) for the other"
+            )
+        found[origin.id] = node.keys
+    return found
+
+
 def _check_reinterpretable(
     node: KeyedNode, nodes: Mapping[int, Node], input_id: int, parallelism: dict[int, int]
 ) -> None:
-    """``reinterpret_as_keyed`` holds only on the rows of a keyed operator on the same keys, at
-    its parallelism, through operators that keep rows as they are (filters)."""
+    """``reinterpret_as_keyed`` holds only on the rows of a keyed operator on the same keys, or
+    of a source split by key (a pre-keyed source), at its parallelism, through operators that
+    keep rows where they are and keys as they are (filters, with_columns not writing a key)."""
     upstream = nodes[input_id]
     use = "use key_by(...) instead, which routes every row by its key group"
-    while isinstance(upstream, FilterNode):
+    while isinstance(upstream, (FilterNode, WithColumnsNode)):
         if parallelism[upstream.id] != parallelism[node.id]:
             raise PlanError(
                 f"operator {node.name!r} reinterprets its input as keyed at parallelism {parallelism[node.id]}, but "
-                f"filter {upstream.name!r} before it runs at {parallelism[upstream.id]} and rebalances the rows; give "
-                f"it the same parallelism, or {use}"
+                f"{upstream.kind} {upstream.name!r} before it runs at {parallelism[upstream.id]} and rebalances the "
+                f"rows; give it the same parallelism, or {use}"
+            )
+        written = set(upstream.columns) & set(node.keys) if isinstance(upstream, WithColumnsNode) else set()
+        if written:
+            raise PlanError(
+                f"operator {node.name!r} reinterprets its input as keyed by {list(node.keys)}, but with_columns "
+                f"{upstream.name!r} before it writes key column(s) {sorted(written)}, so rows may no longer be "
+                f"where their keys belong; compute the key before the keyed operator that partitioned it, or {use}"
             )
         upstream = nodes[upstream.inputs[0]]
     what = f"operator {node.name!r} reinterprets its input as keyed by {list(node.keys)}, but"
+    if isinstance(upstream, SourceNode):
+        if not getattr(upstream.source, "pre_keyable", False):
+            raise PlanError(f"{what} source {upstream.name!r} has no splits partitioned by key (log(...) has); {use}")
+        _check_pre_keyed_source(node, upstream, parallelism)
+        return
     if not isinstance(upstream, KeyedNode):
-        why = (
-            f"{upstream.kind} {upstream.name!r} may change the key columns"
-            if upstream.inputs
-            else f"{upstream.name!r} is a source, not keyed by keyflow"
+        why = f"{upstream.kind} {upstream.name!r} may change the key columns"
+        raise PlanError(
+            f"{what} {why}; reinterpret_as_keyed follows a keyed operator (process, aggregate) or a log source; {use}"
         )
-        raise PlanError(f"{what} {why}; reinterpret_as_keyed follows a keyed operator (process, aggregate); {use}")
     if tuple(upstream.keys) != tuple(node.keys):
         keyed_by = f"{upstream.name!r} is keyed by {list(upstream.keys)}"
         raise PlanError(f"{what} {keyed_by}; reinterpret on the same keys, or {use}")
@@ -204,6 +256,22 @@ def _check_reinterpretable(
             f"operator {node.name!r} reinterprets its input as keyed at parallelism {parallelism[node.id]}, but "
             f"{upstream.name!r} runs at {parallelism[upstream.id]}: its key groups would move between subtasks; "
             f"give both the same parallelism, or {use}"
+        )
+
+
+def _check_pre_keyed_source(node: KeyedNode, source: SourceNode, parallelism: dict[int, int]) -> None:
+    """A pre-keyed source's subtask ``i`` reads the splits of key groups the keyed operator's
+    subtask ``i`` owns: both run at one parallelism, and the log's changelog order holds."""
+    if parallelism[node.id] != parallelism[source.id]:
+        raise PlanError(
+            f"operator {node.name!r} reinterprets source {source.name!r} as keyed at parallelism "
+            f"{parallelism[node.id]}, but the source runs at {parallelism[source.id]}: its subtasks read the splits "
+            "of the keyed operator's key groups, so give both the same parallelism (or neither an explicit one)"
+        )
+    if getattr(source.source, "changelog_mode", "insert") != "insert":
+        raise PlanError(
+            f"operator {node.name!r} reinterprets changelog source {source.name!r} as keyed; a changelog is "
+            "normalized by its primary key first, so reinterpret the stream after that, or use key_by(...)"
         )
 
 

@@ -203,6 +203,15 @@ def emits_changelog(nodes: Mapping[int, Node], node_id: int) -> bool:
     return False
 
 
+def keyed_origin(nodes: Mapping[int, Node], node_id: int) -> Node:
+    """The first operator at or before ``node_id`` that is not a filter or a with_columns: where
+    a ``reinterpret_as_keyed`` finds the partitioning it declares."""
+    found = nodes[node_id]
+    while isinstance(found, (FilterNode, WithColumnsNode)):
+        found = nodes[found.inputs[0]]
+    return found
+
+
 def upstream(nodes: Mapping[int, Node], roots: Iterable[int]) -> list[Node]:
     """Every node the roots depend on, inputs before consumers, each once."""
     ordered: list[Node] = []

@@ -13,6 +13,7 @@ from typing import TypeVar
 from pyspark.sql import DataFrame, SparkSession
 
 from keyflow.errors import PipelineError, PlanError
+from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
@@ -62,6 +63,8 @@ class FrameBuilder:
             partitioner = operator.input_partitioner
             if partitioner == Partitioner.REBALANCE.value:
                 upstream = rebalance(upstream, operator.parallelism)
+            if not isinstance(node, (nodes.FilterNode, nodes.WithColumnsNode, nodes.KeyedNode)):
+                upstream = upstream.drop(KEY_GROUP_COLUMN)  # a pre-keyed source's, for its keyed operator only
             if isinstance(node, nodes.SinkNode):
                 frame = upstream
                 if partitioner == Partitioner.HASH.value:  # table.exec.sink.keyed-shuffle
@@ -93,9 +96,13 @@ class FrameBuilder:
             upstream = upstream.filter(~null_key_condition(node.keys))
         policy = "keep" if node.on_null is not None else self.plan.config["pipeline.null-keys"]
         operator = self.plan.operator(node.id)
-        verify = not node.reinterpreted or self.plan.config["pipeline.pre-keyed.verify"] == "fail"
+        checks = self.plan.config["pipeline.pre-keyed.verify"]
+        verify = not node.reinterpreted or checks != "off"
         state = self._state.get(operator.uid)
-        return apply_keyed(node, upstream, operator, self.plan.max_parallelism, policy, state, verify)
+        pre_keyed = self.plan.reads_pre_keyed(node)
+        report = pre_keyed and checks != "off" and state is not None
+        return apply_keyed(node, upstream, operator, self.plan.max_parallelism, policy, state, verify, pre_keyed,
+                           report)  # fmt: skip
 
     def key_types(self, node_id: int) -> dict[str, str]:
         """The Spark types of a built keyed operator's key columns."""

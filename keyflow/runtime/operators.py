@@ -76,6 +76,8 @@ def apply_keyed(
     null_keys: str,
     keyed_state: CheckpointedState | None = None,
     verify: bool = True,
+    pre_keyed: bool = False,
+    report_keys: bool = False,
 ) -> DataFrame:
     """aggregate and process: exact exchange by key group, then the keyed operator.
 
@@ -88,6 +90,10 @@ def apply_keyed(
     optimizer), ``drop``, or ``keep`` (none are left: they went to a dead-letter sink).
     An aggregate applies it after Spark's aggregation, where all rows of a null key have
     become one row, so the check costs nothing per input row.
+
+    ``pre_keyed``: the rows come from a pre-keyed source, each with its split's key group and
+    in the partition of the subtask that owns it; ``report_keys`` has the subtasks report
+    new keys for the driver's one-split-per-key check.
     """
     parallelism = operator.parallelism
     fail_message = f"{NULL_KEY_MARKER} {node.id}" if null_keys == "fail" else None
@@ -96,7 +102,7 @@ def apply_keyed(
         if null_keys == "drop":
             rows = rows.filter(~null_key_condition(node.keys))
         if node.reinterpreted:  # already in the subtask of its key group: the worker checks that
-            key_group = key_group_column(list(node.keys), max_parallelism)
+            key_group = F.col(KEY_GROUP_COLUMN) if pre_keyed else key_group_column(list(node.keys), max_parallelism)
             if fail_message is not None:
                 key_group = F.when(null_key_condition(node.keys), F.raise_error(F.lit(fail_message))).otherwise(
                     key_group
@@ -109,7 +115,7 @@ def apply_keyed(
     ) -> DataFrame:
         runner = ProcessRunner(
             function, schema, node.keys, order_by, state, max_parallelism, parallelism,
-            f"{node.kind} {node.name!r}", keyed_state or MemoryState(), node.reinterpreted, verify,
+            f"{node.kind} {node.name!r}", keyed_state or MemoryState(), node.reinterpreted, verify, report_keys,
         )  # fmt: skip
         return map_in_arrow(exchanged, runner, schema, node)
 
@@ -175,7 +181,8 @@ def _retracting_aggregate(node: nodes.AggregateNode, frame: DataFrame, exchange:
         F.when(F.col(OP).isin(*RETRACTIONS), F.lit(-1)).otherwise(F.lit(1)) if node.changelog_input else F.lit(1)
     ).cast("byte")
     arguments = [F.expr(a.argument).alias(f"__arg_{a.name}") for a in aggregates if a.argument is not None]
-    prepared = frame.select(*[F.col(key) for key in node.keys], sign.alias(SIGN), *arguments)
+    carried = [F.col(KEY_GROUP_COLUMN)] if KEY_GROUP_COLUMN in frame.columns else []  # a pre-keyed source's
+    prepared = frame.select(*[F.col(key) for key in node.keys], sign.alias(SIGN), *arguments, *carried)
     types = to_arrow_schema(prepared.schema, timezone=session_timezone(frame))
     specs, state, output = [], {ROWS: ValueState(pa.int64())}, [types.field(key) for key in node.keys]
     for aggregate in aggregates:

@@ -20,6 +20,7 @@ from keyflow.plan.descriptors import ListState, MapState, StateDescriptor
 from keyflow.schemas import ColumnsDifferError, TypesDifferError, conform_to
 from keyflow.state.durable import CheckpointedState, MemoryState
 from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView, key_boundaries
+from keyflow.state.splits import PREVIOUS_KEY_GROUP
 
 
 class WorkerError(RuntimeError):
@@ -94,10 +95,14 @@ class ProcessRunner:
         keyed_state: MemoryState | CheckpointedState,
         reinterpreted: bool = False,
         verify: bool = True,
+        report_keys: bool = False,
     ) -> None:
+        """``report_keys``: a pre-keyed source's operator reports the keys new to its state and
+        those seen under another key group, for the driver's one-split-per-key check."""
         self.function, self.schema, self.keys, self.order_by, self.state = function, schema, keys, order_by, state
         self.max_parallelism, self.parallelism, self.operator = max_parallelism, parallelism, operator
         self.keyed_state, self.reinterpreted, self.verify = keyed_state, reinterpreted, verify
+        self.report_keys = report_keys
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
@@ -105,6 +110,7 @@ class ProcessRunner:
         self._range = key_group_range(self.max_parallelism, self.parallelism, self._subtask)
         self._store = self.keyed_state.open(self.state, self._subtask, *self._range)
         self._kinds = {name: view_kind(descriptor) for name, descriptor in self.state.items()}
+        self._reports: list[pa.Table] = []
         pending: pa.Table | None = None
         for batch in batches:
             if batch.num_rows == 0:
@@ -120,6 +126,17 @@ class ProcessRunner:
         if pending is not None and pending.num_rows:
             yield from self._run(pending)
         self.keyed_state.close(self._store, self._subtask, *self._range)
+        if self._reports:
+            self.keyed_state.report_keys(pa.concat_tables(self._reports), *self._range)
+
+    def _report(self, keys: pa.Table, key_groups: npt.NDArray[np.int32], previous: npt.NDArray[np.int32]) -> None:
+        """Keys new to this subtask's state, or known here under another key group (split)."""
+        check = previous != key_groups
+        if check.any():
+            rows = keys.filter(pa.array(check))
+            rows = rows.append_column(KEY_GROUP_COLUMN, pa.array(key_groups[check], pa.int32()))
+            known = previous[check]
+            self._reports.append(rows.append_column(PREVIOUS_KEY_GROUP, pa.array(known, pa.int32(), mask=known < 0)))
 
     def _run(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
         if self.order_by:
@@ -129,7 +146,14 @@ class ProcessRunner:
         if self.verify and (key_groups.min() < first or key_groups.max() > last):
             raise WorkerError(f"{WORKER_ERROR_MARKER}{self._outside_range(table, key_groups, first, last)}")
         keyed = KeyedBatch.from_sorted(table.drop_columns([KEY_GROUP_COLUMN]), self.keys, key_groups, self._subtask)
-        state = KeyedState(self._store, self._store.slots(keyed.keys, keyed.key_groups), self._kinds)
+        slots, previous = self._store.slots_and_key_groups(keyed.keys, keyed.key_groups)
+        if self.report_keys:
+            self._report(keyed.keys, keyed.key_groups, previous)
+            first_of_key = keyed.key_groups[keyed.key_index]
+            mixed = key_groups != first_of_key  # rows of one key from two splits, in this call
+            if mixed.any():
+                self._report(keyed.keys.take(keyed.key_index[mixed]), key_groups[mixed], first_of_key[mixed])
+        state = KeyedState(self._store, slots, self._kinds)
         result = _call_user(self.function, self.operator, keyed, state)
         yield from conform(result, self.schema, self.operator).to_batches()
 

@@ -39,6 +39,7 @@ from keyflow.state.memory import KeyedStateStore
 FORMAT_VERSION = 1
 LOCK_FILE = ".keyflow.lock"
 KEYS_METADATA = b"keyflow.keys_in_range"
+KEY_REPORT = "keys"  # a pre-keyed subtask's keys to check, next to its state file
 
 
 @dataclass
@@ -51,6 +52,13 @@ class Manifest:
     operators: dict[str, list[StateFile]]
     sinks: list[dict[str, Any]] = field(default_factory=list)
     created: float = field(default_factory=time.time)
+    # A pre-keyed source: {"splits": [key group of each split], "index": {uid: [split index files]}}
+    pre_keyed: dict[str, Any] = field(default_factory=dict)
+
+    def files(self) -> list[str]:
+        """Every file of the checkpoint this version needs: state files and split indexes."""
+        state = [f.path for files in self.operators.values() for f in files]
+        return state + [path for paths in self.pre_keyed.get("index", {}).values() for path in paths]
 
     def to_json(self) -> str:
         return json.dumps({"format_version": FORMAT_VERSION, **asdict(self)}, indent=1)
@@ -152,8 +160,8 @@ class Checkpoint:
         selector = fs.FileSelector(self.path(relative), allow_not_found=True)
         found = []
         for info in self.fs.get_file_info(selector):
-            if not info.base_name.endswith(".parquet"):
-                continue
+            if not info.base_name.endswith(".parquet") or not info.base_name.startswith(("delta-", "full-")):
+                continue  # also kept here: a pre-keyed operator's key reports and split index
             kind, first, last = info.base_name[: -len(".parquet")].split("-")
             with self.fs.open_input_file(info.path) as handle:
                 metadata = pq.read_metadata(handle)
@@ -180,7 +188,7 @@ class Checkpoint:
         dropped, kept = versions[:-count], versions[-count:]
         if not dropped:
             return []
-        used = {f.path for version in kept for files in self.manifest(version).operators.values() for f in files}
+        used = {path for version in kept for path in self.manifest(version).files()}
         for version in dropped:
             self.fs.delete_file(self.path(f"manifests/{version:010d}.json"))
         oldest_kept = kept[0]
@@ -227,6 +235,32 @@ def write_state_file(
     pq.write_table(table, sink, compression="lz4", row_group_size=256 * 1024)
     name = state_file_name(kind, first, last)
     checkpoint.write_atomically(f"{checkpoint.version_dir(uid, version)}/{name}", sink.getvalue().to_pybytes())
+
+
+def write_key_report(checkpoint: Checkpoint, uid: str, version: int, first: int, last: int, keys: pa.Table) -> None:
+    """A pre-keyed subtask's keys to check for version ``version`` (see ``keyflow.state.splits``)."""
+    write_table(checkpoint, f"{checkpoint.version_dir(uid, version)}/{KEY_REPORT}-{first:05d}-{last:05d}.parquet", keys)
+
+
+def read_key_reports(checkpoint: Checkpoint, uid: str, version: int) -> list[pa.Table]:
+    """Every key report the subtasks of ``version`` wrote."""
+    selector = fs.FileSelector(checkpoint.path(checkpoint.version_dir(uid, version)), allow_not_found=True)
+    tables = []
+    for info in checkpoint.fs.get_file_info(selector):
+        if info.base_name.startswith(f"{KEY_REPORT}-"):
+            tables.append(read_table(checkpoint, info.path[len(checkpoint.root) + 1 :]))
+    return tables
+
+
+def write_table(checkpoint: Checkpoint, relative: str, table: pa.Table) -> None:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="lz4")
+    checkpoint.write_atomically(relative, sink.getvalue().to_pybytes())
+
+
+def read_table(checkpoint: Checkpoint, relative: str) -> pa.Table:
+    with checkpoint.fs.open_input_file(checkpoint.path(relative)) as handle:
+        return pq.read_table(handle)
 
 
 def restore(

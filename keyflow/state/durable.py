@@ -13,11 +13,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from keyflow.errors import WORKER_ERROR_MARKER
 from keyflow.plan.descriptors import StateDescriptor
 from keyflow.state.assignment import StateFile, can_catch_up
-from keyflow.state.checkpoint import Checkpoint, restore, write_state_file
+from keyflow.state.checkpoint import Checkpoint, restore, write_key_report, write_state_file
 from keyflow.state.memory import KeyedStateStore
 from keyflow.state.plan_file import PLAN_FILE
 
@@ -30,6 +31,9 @@ class MemoryState:
 
     def close(self, store: KeyedStateStore, subtask: int, first: int, last: int) -> None:
         return None
+
+    def report_keys(self, keys: pa.Table, first: int, last: int) -> None:
+        return None  # batch runs read no pre-keyed sources
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,11 @@ class CheckpointedState:
         checkpoint = Checkpoint(self.checkpoint_uri)
         write_state_file(checkpoint, self.uid, self.version, kind, first, last, table, len(live))
         _CACHE.put((self.checkpoint_id, self.uid), self.run_id, _Entry(first, last, self.version, store))
+
+    def report_keys(self, keys: pa.Table, first: int, last: int) -> None:
+        """Keys of a pre-keyed operator to check (see ``keyflow.state.splits``), next to the
+        subtask's state file of this version, so an uncommitted attempt's reports go with it."""
+        write_key_report(Checkpoint(self.checkpoint_uri), self.uid, self.version, first, last, keys)
 
 
 def _gaps(covered: np.ndarray, first: int) -> list[tuple[int, int]]:

@@ -161,11 +161,20 @@ class KeyedStateStore:
 
     def slots(self, keys: pa.Table, key_groups: npt.NDArray[np.int32] | None = None) -> Slots:
         """Slots of the given (unique) keys, creating slots for keys never seen; marks them touched."""
+        return self.slots_and_key_groups(keys, key_groups)[0]
+
+    def slots_and_key_groups(
+        self, keys: pa.Table, key_groups: npt.NDArray[np.int32] | None = None
+    ) -> tuple[Slots, npt.NDArray[np.int32]]:
+        """:meth:`slots`, and the key group each key had before (-1: a new key), which tells a
+        pre-keyed operator the keys it must check (see ``keyflow.state.splits``)."""
         if self._key_schema is None:
             self._key_schema = keys.schema
         index = _key_index(keys)
         slots = self._index.lookup(index)
         new = slots < 0
+        previous = np.full(len(slots), -1, dtype=np.int32)
+        previous[~new] = self._key_groups[slots[~new]]
         if new.any():
             slots[new] = self._index.add(index[new])
             size = self._index.size
@@ -178,7 +187,7 @@ class KeyedStateStore:
             if key_groups is not None:
                 self._key_groups[slots[new]] = key_groups[new]
         self._touched[slots] = True
-        return slots
+        return slots, previous
 
     def take_touched(self) -> Slots:
         """Slots touched since the last call (and forget them)."""

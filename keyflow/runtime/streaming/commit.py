@@ -29,6 +29,7 @@ from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.nodes import Node
 from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.streaming.faults import fault
+from keyflow.runtime.streaming.prekeyed import PreKeyedSource
 from keyflow.runtime.streaming.results import BatchMetrics
 from keyflow.state.assignment import StateFile, compacting_subtasks, needed_files
 from keyflow.state.checkpoint import Checkpoint, Manifest
@@ -45,6 +46,7 @@ class StreamState:
     run_id: str
     source_id: int
     manifest: Manifest | None
+    pre_keyed: PreKeyedSource | None = None
 
     @property
     def committed(self) -> int:
@@ -83,7 +85,10 @@ def commit_micro_batch(
             written += new
             previous = stream.manifest.operators.get(uid, []) if stream.manifest else []
             operators[uid] = needed_files([*previous, *new], plan.max_parallelism)
-        manifest = Manifest(batch, plan.parallelism, plan.max_parallelism, operators, staged)
+        pre_keyed, conflicts = {}, 0
+        if stream.pre_keyed is not None:  # before the commit: a key in two splits commits nothing
+            pre_keyed, conflicts = stream.pre_keyed.verify(batch, plan.config["pipeline.pre-keyed.verify"])
+        manifest = Manifest(batch, plan.parallelism, plan.max_parallelism, operators, staged, pre_keyed=pre_keyed)
         checkpoint.commit(manifest)
         if event is not None:
             checkpoint.append_event({**event, "batch": batch})
@@ -95,7 +100,7 @@ def commit_micro_batch(
         builder.release()
     metrics = BatchMetrics(
         batch, plan.parallelism, _observed_rows(observation), outputs, len(written),
-        sum(f.bytes for f in written), time.perf_counter() - started,
+        sum(f.bytes for f in written), time.perf_counter() - started, conflicts,
     )  # fmt: skip
     return manifest, metrics
 

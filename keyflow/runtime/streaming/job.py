@@ -26,6 +26,7 @@ from keyflow.runtime.frames import FrameBuilder, session_for
 from keyflow.runtime.streaming import restore
 from keyflow.runtime.streaming.commit import StreamState, commit_micro_batch
 from keyflow.runtime.streaming.faults import fault
+from keyflow.runtime.streaming.prekeyed import PreKeyedSource
 from keyflow.runtime.streaming.results import BatchMetrics, StreamingResult
 from keyflow.state.checkpoint import Checkpoint, CheckpointError
 
@@ -59,9 +60,10 @@ class StreamingJob:
         try:
             restored = restore.restore(plan, self.checkpoint)
             self._plan_file = restored.plan_file
+            self._pre_keyed = PreKeyedSource.of(restored.plan, self._source, self.checkpoint, restored.manifest)
             self._stream = StreamState(
                 restored.plan, self.checkpoint, self._plan_file.checkpoint_id, self.run_id, self._source.id,
-                restored.manifest,
+                restored.manifest, self._pre_keyed,
             )  # fmt: skip
             if restored.manifest is not None and restored.manifest.parallelism != self.plan.parallelism:
                 self._pending_event = _rescale_event(restored.manifest.parallelism, self.plan.parallelism, "restart")
@@ -164,7 +166,12 @@ class StreamingJob:
             self._replan(*self._autoscaler.wait_until_executing())
         parallelism = self.plan.operator(self._source.id).parallelism
         read = self._source.source.read_stream
-        stream = guarded(lambda: read(spark, parallelism), f"while starting {self._source.name!r}")
+        if self._pre_keyed is not None:
+            self._pre_keyed.prepare(self.plan)
+            layout = self._pre_keyed.layout
+            stream = guarded(lambda: read(spark, parallelism, layout), f"while starting {self._source.name!r}")
+        else:
+            stream = guarded(lambda: read(spark, parallelism), f"while starting {self._source.name!r}")
         self._plan_file = restore.check_source_schema(
             self.checkpoint, self._plan_file, self._source, stream.schema.simpleString()
         )
@@ -194,10 +201,16 @@ class StreamingJob:
         if batch <= self._stream.committed:
             return  # committed before a crash; Spark replays it because its own commit was lost
         fault("start", batch)
-        self._apply_rescale()
+        if self._pre_keyed is None:
+            self._apply_rescale()
         manifest, metrics = commit_micro_batch(self._stream, frame, batch, self._check_key_types, self._pending_event)
         self._stream = dataclasses.replace(self._stream, manifest=manifest)
         self._pending_event = None
+        if self._pre_keyed is not None:
+            # Spark plans a micro-batch's source partitions before running it: a pre-keyed source
+            # lays out the next batch now, for the parallelism it will run at.
+            self._apply_rescale()
+            self._pre_keyed.prepare(self.plan)
         self.result.batches.append(metrics)
         if self._on_batch is not None:
             self._on_batch(metrics)

@@ -18,6 +18,7 @@ class BatchMetrics:
     state_files: int
     state_bytes_written: int
     seconds: float
+    pre_keyed_conflicts: int = 0  # keys of a pre-keyed source seen in two splits (pipeline.pre-keyed.verify=warn)
 
 
 @dataclass

@@ -1,0 +1,114 @@
+"""The driver's side of a pre-keyed source (``reinterpret_as_keyed`` right after a log).
+
+It owns the split → key-group mapping (fixed by the first run, persisted in every manifest,
+extended when splits are added), writes the layout the source's reader follows (which
+splits each subtask reads, at the parallelism of the next micro-batch), and checks, before a
+micro-batch commits, that no key is in two splits.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from keyflow.connectors.streams import read_layout, write_layout
+from keyflow.errors import KeyflowError, PipelineError, PlanError
+from keyflow.keygroups import split_key_groups
+from keyflow.plan.compile import CompiledPlan
+from keyflow.plan.nodes import KeyedNode, SourceNode
+from keyflow.state.checkpoint import Checkpoint, Manifest, read_key_reports, read_table, write_table
+from keyflow.state.splits import SplitIndex
+
+LAYOUT_FILE = "source-layout.json"
+_COMPACT_AFTER = 16  # index files per operator before they are merged into one
+
+log = logging.getLogger("keyflow")
+
+
+@dataclass
+class PreKeyedSource:
+    source: SourceNode
+    keys: tuple[str, ...]
+    checkpoint: Checkpoint
+    operators: dict[str, KeyedNode]  # the keyed operators reading it, by uid
+    mapping: list[int] = field(default_factory=list)
+    index_files: dict[str, list[str]] = field(default_factory=dict)
+    indexes: dict[str, SplitIndex] = field(default_factory=dict)
+
+    @staticmethod
+    def of(
+        plan: CompiledPlan, source: SourceNode, checkpoint: Checkpoint, manifest: Manifest | None
+    ) -> PreKeyedSource | None:
+        """The pre-keyed source of ``plan`` as the newest manifest left it (None: not pre-keyed)."""
+        keys = plan.pre_keyed_by(source.id)
+        if not keys:
+            return None
+        saved = manifest.pre_keyed if manifest else {}
+        operators = {uid: node for uid, node in plan.keyed_nodes().items() if plan.reads_pre_keyed(node)}
+        files = {uid: list(saved.get("index", {}).get(uid, [])) for uid in operators}
+        indexes = {}
+        for uid, node in operators.items():
+            tables = [read_table(checkpoint, path) for path in files[uid]]
+            indexes[uid] = SplitIndex(node.keys, pa.concat_tables(tables) if tables else None)
+        return PreKeyedSource(source, keys, checkpoint, operators, list(saved.get("splits", [])), files, indexes)
+
+    @property
+    def layout(self) -> str:
+        return f"{self.checkpoint.uri.rstrip('/')}/{LAYOUT_FILE}"
+
+    def prepare(self, plan: CompiledPlan) -> None:
+        """Before the next micro-batch is planned: map splits added since, and lay the splits out
+        for its parallelism."""
+        splits = self.source.source.current_splits()
+        try:
+            self.mapping = split_key_groups(self.mapping, splits, plan.max_parallelism)
+        except KeyflowError as error:
+            raise PlanError(f"source {self.source.name!r} (pre-keyed by {list(self.keys)}): {error}") from None
+        write_layout(self.layout, self.mapping, plan.max_parallelism, plan.operator(self.source.id).parallelism)
+
+    def verify(self, batch: int, mode: str) -> tuple[dict[str, Any], int]:
+        """Check the keys the subtasks of ``batch`` reported (``mode`` fail: raise before
+        anything commits; warn: log and go on); returns the manifest's ``pre_keyed`` section and
+        how many keys were found in two splits (by any of its operators)."""
+        total = 0
+        mapped = read_layout(self.layout)["key_groups"]  # the reader maps splits added while running
+        if mapped[: len(self.mapping)] != self.mapping:
+            raise PlanError(f"{self.layout} maps splits {mapped}, not as the checkpoint {self.mapping}; was it edited?")
+        self.mapping = list(mapped)
+        for uid, node in self.operators.items():
+            reports = read_key_reports(self.checkpoint, uid, batch)
+            if not reports:
+                continue
+            index = self.indexes[uid]
+            count, examples, new = index.check(pa.concat_tables(reports, promote_options="permissive"), self.mapping)
+            if count and mode == "fail":
+                raise PipelineError(
+                    self._message(node, batch, count, examples, "Nothing of it was committed. ")
+                    + "; pipeline.pre-keyed.verify=warn goes on, counting such keys"
+                )
+            if count:
+                log.warning("%s", self._message(node, batch, count, examples, "It goes on (warn). "))
+                total = max(total, count)  # operators on one source see the same keys
+            if new.num_rows:
+                index.add(new)
+                directory = self.checkpoint.version_dir(uid, batch)
+                if len(self.index_files[uid]) >= _COMPACT_AFTER and index.table is not None:
+                    write_table(self.checkpoint, f"{directory}/split-index-full.parquet", index.table)
+                    self.index_files[uid] = [f"{directory}/split-index-full.parquet"]
+                else:
+                    write_table(self.checkpoint, f"{directory}/split-index.parquet", new)
+                    self.index_files[uid].append(f"{directory}/split-index.parquet")
+        return {"splits": list(self.mapping), "index": {uid: list(f) for uid, f in self.index_files.items()}}, total
+
+    def _message(self, node: KeyedNode, batch: int, count: int, examples: list[Any], outcome: str) -> str:
+        shown = "; ".join(example.describe() for example in examples[:3])
+        more = f" ({count} keys in all)" if count > len(examples[:3]) else ""
+        return (
+            f"operator {node.name!r}: source {self.source.name!r} is read as pre-keyed by {list(self.keys)}, but "
+            f"{shown}{more} (micro-batch {batch}): a key must be in exactly one split, or its state splits in two. "
+            f"{outcome}Write each key to one split (keyflow log append --key), or use "
+            f"key_by({', '.join(map(repr, self.keys))}) instead of reinterpret_as_keyed"
+        )
