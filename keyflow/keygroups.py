@@ -279,9 +279,3 @@ def split_key_groups(known: Sequence[int], splits: int, max_parallelism: int) ->
         mapping.append(chosen)
         used = sorted([*used, chosen])
     return mapping
-
-
-def splits_per_subtask(mapping: Sequence[int], max_parallelism: int, parallelism: int) -> list[int]:
-    """Splits per subtask at ``parallelism`` (for plans and docs)."""
-    subtasks = np.asarray(mapping, dtype=np.int64) * parallelism // max_parallelism
-    return [int(count) for count in np.bincount(subtasks, minlength=parallelism)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import uuid
 from pathlib import Path
 from typing import IO
 
@@ -34,6 +35,14 @@ def filesystem(path: str) -> tuple[fs.FileSystem, str]:
             ) from None
         return filesystem_, root.rstrip("/")
     return fs.LocalFileSystem(), absolute(path)
+
+
+def write_atomically(filesystem_: fs.FileSystem, path: str, data: bytes) -> None:
+    """Write to a temporary name, then move into place: readers see all of it or nothing."""
+    temporary = f"{path}.tmp-{uuid.uuid4().hex}"
+    with filesystem_.open_output_stream(temporary) as stream:
+        stream.write(data)
+    filesystem_.move(temporary, path)
 
 
 def exists(filesystem_: fs.FileSystem, path: str) -> bool:

@@ -22,7 +22,7 @@ from keyflow import KeyedBatch, KeyedState, Log, Pipeline, parquet
 from keyflow.connectors.streams import log
 from keyflow.errors import PipelineError, PlanError
 from keyflow.keygroups import key_group_range, split_key_groups
-from keyflow.runtime.metrics import shuffle_write_bytes
+from keyflow.runtime.metrics import ShuffleMeter
 from keyflow.runtime.session import spark_session
 from keyflow.state.checkpoint import Checkpoint
 from tests.streams import EVENTS, TOTAL_SCHEMA, TOTAL_STATE, config, events, expected_totals, read_output, running_total
@@ -64,7 +64,8 @@ def assert_answers(base: Path, all_events: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(final_sums(base / "sums"), expected_sums(all_events), check_dtype=False)
 
 
-@pytest.mark.parametrize(("parallelism", "splits"), [(1, 1), (1, 64), (2, 7), (2, 64), (3, 1), (3, 7)])
+@pytest.mark.parametrize("splits", [1, 7, 64])
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
 def test_results_equal_key_by_and_pandas(tmp_path: Path, parallelism: int, splits: int) -> None:
     """Both ways over one log in one run: reinterpret_as_keyed and key_by give pandas' answer."""
     all_events = events(4_000, 300, start=0, seed=parallelism * 100 + splits)
@@ -104,9 +105,16 @@ def test_each_subtask_reads_its_key_groups_splits_with_no_shuffle(tmp_path: Path
         where, "user string, subtask int, key_group int"
     ).sink(parquet(str(tmp_path / "where")))
     spark = spark_session({"spark.master": "local[2]"})
-    shuffled = shuffle_write_bytes(spark)
+    meter = ShuffleMeter(spark)
     p.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
-    assert shuffle_write_bytes(spark) == shuffled
+    assert meter.written() == 0
+    hashed = Pipeline(config=config(3))  # the meter sees a shuffle where there is one
+    hashed.source(log(str(tmp_path / "log"))).key_by("user").process(
+        where, "user string, subtask int, key_group int"
+    ).sink(parquet(str(tmp_path / "hashed")))
+    meter = ShuffleMeter(spark)
+    hashed.run(checkpoint=str(tmp_path / "ckpt-hashed"), available_now=True)
+    assert meter.written() > 0
 
     seen = read_output(tmp_path / "where")
     manifest = Checkpoint(str(tmp_path / "ckpt")).latest()
@@ -188,9 +196,10 @@ def test_live_rescale_and_a_split_added_while_running(tmp_path: Path) -> None:
     a batch's source partitions before it runs); the source's tasks follow it."""
     parts = [events(1_500, 120, start=0, seed=11)]
     write_log(tmp_path / "log", parts[0], 5)
-    job = pre_keyed_pipeline(tmp_path, 2).start(checkpoint=str(tmp_path / "ckpt"))
+    job = pre_keyed_pipeline(tmp_path, 2, **{"state.checkpoints.num-retained": 100}).start(str(tmp_path / "ckpt"))
     try:
         job.process_all_available()
+        before = _state_files(tmp_path / "ckpt")
         job.rescale(4, reason="test")
         for number, seed in enumerate((12, 13)):
             parts.append(events(1_000, 120, start=1_500 + 1_000 * number, seed=seed))
@@ -210,12 +219,15 @@ def test_live_rescale_and_a_split_added_while_running(tmp_path: Path) -> None:
         job.stop()
     checkpoint = Checkpoint(str(tmp_path / "ckpt"))
     assert [(e["from"], e["to"]) for e in checkpoint.events()] == [(2, 4), (4, 2)]
+    after = _state_files(tmp_path / "ckpt")
+    assert {path: after[path] for path in before} == before  # state moved with key groups, no file rewritten
     assert_answers(tmp_path, pd.concat(parts))
 
 
 def test_kill_9_mid_batch_then_restart(tmp_path: Path) -> None:
-    """The driver killed after the sinks wrote micro-batch 1 but before its commit: the restart
-    at another parallelism replays it, and the answer is pandas' (no lost or doubled row)."""
+    """The driver killed after the sinks wrote micro-batch 1 but before its commit; a split is
+    added: the restart at another parallelism replays the batch, maps the new split, and the
+    answer is pandas' (no lost or doubled row)."""
     parts = [events(3_000, 200, start=0, seed=21)]
     write_log(tmp_path / "log", parts[0], 6)
     script = tmp_path / "job.py"
@@ -237,6 +249,9 @@ def test_kill_9_mid_batch_then_restart(tmp_path: Path) -> None:
     assert Checkpoint(str(tmp_path / "ckpt")).versions()[-1] == 0
     parts.append(events(1_000, 200, start=3_000, seed=22))
     write_log_by_split(tmp_path / "log", parts[-1])
+    Log(tmp_path / "log").add_splits(1)
+    parts.append(_new_users(events(400, 30, start=4_000, seed=23), "after-kill-"))
+    append_to_split(tmp_path / "log", parts[-1], 6)
     restarted = subprocess.run([sys.executable, str(script), "3"], capture_output=True, text=True, timeout=300)
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
     assert_answers(tmp_path, pd.concat(parts))
@@ -296,6 +311,31 @@ def test_verify_off_checks_nothing(tmp_path: Path) -> None:
     result = p.run(str(tmp_path / "ckpt"), available_now=True)
     assert [batch.pre_keyed_conflicts for batch in result.batches] == [0]
     assert not list((tmp_path / "ckpt" / "state").rglob("keys-*.parquet"))
+    manifest = Checkpoint(str(tmp_path / "ckpt")).latest()
+    assert manifest is not None
+    assert manifest.pre_keyed["complete"] is False  # the index misses these keys
+
+
+def test_the_split_index_holds_every_key_once_in_few_files(tmp_path: Path) -> None:
+    """Eight micro-batches of new keys: the index files merge as a binary counter (fewer files
+    than batches), and together hold each key once with its split's key group."""
+    Log.create(tmp_path / "log", 4, EVENTS)
+    all_events = pd.concat(
+        _new_users(events(100, 25, start=100 * number, seed=70 + number), f"b{number}-") for number in range(8)
+    )
+    write_log(tmp_path / "log", all_events, 4)
+    result = pre_keyed_pipeline(tmp_path, 2, rows_per_batch=100).run(str(tmp_path / "ckpt"), available_now=True)
+    assert len(result.batches) == 8
+    checkpoint = Checkpoint(str(tmp_path / "ckpt"))
+    manifest = checkpoint.latest()
+    assert manifest is not None
+    split_of, mapping = _split_of_users(tmp_path / "log"), manifest.pre_keyed["splits"]
+    for uid, files in manifest.pre_keyed["index"].items():
+        assert len(files) < 8, uid
+        index = pd.concat(pd.read_parquet(checkpoint.path(path)) for path, _ in files)
+        assert sum(rows for _, rows in files) == len(index) == all_events["user"].nunique()
+        assert index["user"].is_unique
+        assert (index["__keyflow_key_group"] == index["user"].map(split_of).map(mapping.__getitem__)).all()
 
 
 def test_more_splits_than_key_groups_is_a_clear_error(tmp_path: Path) -> None:
@@ -347,6 +387,17 @@ def test_a_log_with_fewer_splits_than_the_checkpoint_is_a_clear_error(tmp_path: 
                 s.reinterpret_as_keyed("seq").aggregate(m="count(*)"),
             )[1:],
             r"source 'source: log' is reinterpreted as keyed by \['user'\] and by \['seq'\]",
+        ),
+        (
+            lambda p, path: (
+                p.source(log(path))
+                .reinterpret_as_keyed("user")
+                .process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE)
+                .reinterpret_as_keyed("user")
+                .aggregate(n="count(*)")
+            ),
+            r"but process 'running_total' before it reads a pre-keyed source, whose key groups come from its splits, "
+            r"not from the key hash; do both steps in 'running_total' \(one process function\), or use key_by",
         ),
     ],
 )
@@ -410,3 +461,54 @@ def test_the_example_runs_rescaled_and_equals_pandas(tmp_path: Path) -> None:
     spend = read_output(tmp_path / "out" / "pre_keyed" / "running_spend").sort_values("seq")
     ordered = rows.sort_values("seq")
     assert np.allclose(spend["spend"].to_numpy(), ordered.groupby("user")["price"].cumsum().to_numpy())
+
+
+def test_switching_between_key_by_and_pre_keyed_on_a_checkpoint_is_refused(tmp_path: Path) -> None:
+    """State under split key groups is not where key_by looks for it (and the other way round)."""
+    write_log(tmp_path / "log", events(500, 30, start=0, seed=51), 4)
+    checkpoint = str(tmp_path / "ckpt")
+    pre_keyed_pipeline(tmp_path, 2).run(checkpoint, available_now=True)
+    p = Pipeline(config=config(2))
+    keyed = p.source(log(str(tmp_path / "log"))).key_by("user")
+    keyed.process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq").sink(parquet(str(tmp_path / "a")))
+    keyed.aggregate(n="count(*)", amount="sum(amount)").sink(parquet(str(tmp_path / "b")))
+    with pytest.raises(
+        PlanError, match=r"operator 'running_total' .*'key_groups': 'hash'.* holds .*'key_groups': 'splits'"
+    ):
+        p.run(checkpoint, available_now=True)
+
+
+def test_dead_letters_of_a_key_by_beside_a_pre_keyed_branch_keep_the_source_columns(tmp_path: Path) -> None:
+    rows = pd.DataFrame({"user": ["x", None, "y"], "amount": [1, 2, 3], "seq": [0, 1, 2]})
+    Log.create(tmp_path / "log", 2, EVENTS)
+    append_to_split(tmp_path / "log", rows.iloc[[0, 2]], 0)
+    append_to_split(tmp_path / "log", rows.iloc[[1]], 1)
+    p = Pipeline(config=config(2, **{"pipeline.pre-keyed.verify": "off"}))
+    source = p.source(log(str(tmp_path / "log")))
+    pre_keyed = source.filter("user IS NOT NULL").reinterpret_as_keyed("user")
+    pre_keyed.aggregate(n="count(*)").set_name("pre").sink(parquet(str(tmp_path / "pre")))
+    hashed = source.key_by("user", on_null=parquet(str(tmp_path / "dead")))
+    hashed.aggregate(n="count(*)").set_name("hashed").sink(parquet(str(tmp_path / "hashed")))
+    p.run(str(tmp_path / "ckpt"), available_now=True)
+    dead = read_output(tmp_path / "dead")
+    assert list(dead.columns) == ["user", "amount", "seq"]
+    assert dead.to_dict("records") == [{"user": None, "amount": 2, "seq": 1}]
+
+
+def test_an_upsert_reader_stops_when_the_log_is_no_longer_split_by_its_key(tmp_path: Path) -> None:
+    """Splits added to a keyed log while a changelog pipeline reads it: the changes of a key may
+    now be in two splits, out of order; the reader says so instead of reading them."""
+    write_log(tmp_path / "log", events(300, 20, start=0, seed=61), 2)
+    p = Pipeline(config=config(2))
+    p.source(log(str(tmp_path / "log"), changelog_mode="upsert", primary_key="user")).sink(
+        parquet(str(tmp_path / "out"), primary_key="user")
+    )
+    job = p.start(checkpoint=str(tmp_path / "ckpt"))
+    try:
+        job.process_all_available()
+        Log(tmp_path / "log").add_splits(1)
+        write_log(tmp_path / "log", events(100, 20, start=300, seed=62), 2)
+        with pytest.raises(PipelineError, match=r"no longer split by a key .*keyflow log append --key"):
+            job.process_all_available()
+    finally:
+        job.stop()

@@ -94,7 +94,10 @@ def test_rows_not_keyed_as_declared_stop_the_job(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda s: s.reinterpret_as_keyed("user"), r"'source: files \(parquet\)' is a source, not keyed by keyflow"),
+        (
+            lambda s: s.reinterpret_as_keyed("user"),
+            r"source 'source: files \(parquet\)' has no splits partitioned by key \(log\(\.\.\.\) has\); use key_by",
+        ),
         (
             lambda s: s.key_by("user").aggregate(n="count(*)").select("user", "n").reinterpret_as_keyed("user"),
             r"select 'select' may change the key columns; reinterpret_as_keyed follows a keyed operator",

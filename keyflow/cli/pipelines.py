@@ -105,6 +105,7 @@ def _print_batch(batch: BatchMetrics) -> None:
     typer.echo(
         f"batch {batch.batch}: parallelism {batch.parallelism}, {_count(batch.input_rows)} rows in, {written}; "
         f"state {batch.state_bytes_written:,} bytes in {batch.state_files} files; {batch.seconds:.1f} s"
+        + (f"; {batch.pre_keyed_conflicts:,} keys in two splits (warn)" if batch.pre_keyed_conflicts else "")
     )
 
 

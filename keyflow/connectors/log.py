@@ -23,7 +23,7 @@ from pyarrow import fs
 from keyflow.changelog import OFFSET, OP, check_row_kinds
 from keyflow.errors import PlanError, is_positive_int
 from keyflow.keygroups import assign_to_key_groups
-from keyflow.paths import exists, filesystem, lock_file, unlock
+from keyflow.paths import exists, filesystem, lock_file, unlock, write_atomically
 from keyflow.schemas import ColumnsDifferError, TypesDifferError, conform_to
 
 _META = "_log.json"
@@ -205,11 +205,7 @@ class Log:
 
 
 def _write_json(files: fs.FileSystem, path: str, value: dict[str, object]) -> None:
-    """Write-then-rename, so a reader never sees half the file."""
-    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
-    with files.open_output_stream(temporary) as stream:
-        stream.write(json.dumps(value).encode())
-    files.move(temporary, path)
+    write_atomically(files, path, json.dumps(value).encode())
 
 
 def check_key_columns(names: list[str], schema: pa.Schema) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,9 +21,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from keyflow.changelog import MODES, OFFSET, OP
 from keyflow.connectors.log import Log, check_key_columns
-from keyflow.errors import PlanError, positive_option
-from keyflow.keygroups import KEY_GROUP_COLUMN, split_key_groups
-from keyflow.paths import absolute, filesystem
+from keyflow.errors import KeyflowError, PlanError, positive_option
+from keyflow.keygroups import KEY_GROUP_COLUMN, split_key_groups, subtask_for_key_group
+from keyflow.paths import absolute, filesystem, write_atomically
 
 
 class RowRangeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -119,6 +118,12 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _ends(self) -> dict[str, int]:
         self.log.refresh()  # splits added while running are read too
+        if self.offsets and self.log.keyed_by is None:
+            raise ValueError(
+                f"log {self.log.path} is read as a changelog by its primary key, but it is no longer split by a key "
+                "(splits were added, or an append had no key=), so the changes of a key may be in several splits "
+                "and lose their order; write the changes to a new log with key= (keyflow log append --key)"
+            )
         ends = self.log.end_offsets()
         if self.layout is not None:
             ends = ends[: len(self._map_new_splits())]
@@ -150,7 +155,10 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         layout = read_layout(str(self.layout))
         key_groups: list[int] = layout["key_groups"]
         if self.log.splits > len(key_groups):
-            key_groups = split_key_groups(key_groups, self.log.splits, layout["max_parallelism"])
+            try:
+                key_groups = split_key_groups(key_groups, self.log.splits, layout["max_parallelism"])
+            except KeyflowError as error:
+                raise ValueError(f"pre-keyed log {self.log.path}: {error}") from None
             write_layout(str(self.layout), key_groups, layout["max_parallelism"], layout["parallelism"])
         return key_groups
 
@@ -179,7 +187,9 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "the micro-batch was planned. Restart the pipeline; it maps new splits on start"
                 )
             key_group = key_groups[int(split)]
-            assigned[key_group * parallelism // max_parallelism].append((int(split), first, last, key_group))
+            assigned[subtask_for_key_group(max_parallelism, parallelism, key_group)].append(
+                (int(split), first, last, key_group)
+            )
         return [InputPartition(json.dumps(ranges)) for ranges in assigned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -214,10 +224,7 @@ def write_layout(path: str, key_groups: list[int], max_parallelism: int, paralle
     """Tell a pre-keyed log reader how to lay out the next micro-batch it plans."""
     layout = {"key_groups": key_groups, "max_parallelism": max_parallelism, "parallelism": parallelism}
     files, target = filesystem(path)
-    temporary = f"{target}.tmp-{uuid.uuid4().hex}"
-    with files.open_output_stream(temporary) as stream:
-        stream.write(json.dumps(layout).encode())
-    files.move(temporary, target)
+    write_atomically(files, target, json.dumps(layout).encode())
 
 
 def read_layout(path: str) -> dict[str, Any]:

@@ -153,7 +153,7 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
                     node.kind,
                     parallelism[node.id],
                     _value(input_partitioner[node.id]),
-                    {**node.describe(), **({"pre_keyed_by": list(pre_keyed[node.id])} if node.id in pre_keyed else {})},
+                    {**node.describe(), **_pre_keyed_details(node, nodes, pre_keyed)},
                 )
                 for node in chain
             ),
@@ -214,6 +214,16 @@ def _pre_keyed_sources(ordered: list[Node], nodes: Mapping[int, Node]) -> dict[i
     return found
 
 
+def _pre_keyed_details(node: Node, nodes: Mapping[int, Node], pre_keyed: dict[int, tuple[str, ...]]) -> dict[str, Any]:
+    """A pre-keyed source names its keys; a keyed operator reading it keeps its state in its
+    splits' key groups, not the key hash's, so a checkpoint cannot switch between the two."""
+    if node.id in pre_keyed:
+        return {"pre_keyed_by": list(pre_keyed[node.id])}
+    if isinstance(node, KeyedNode) and node.reinterpreted and keyed_origin(nodes, node.inputs[0]).id in pre_keyed:
+        return {"key_groups": "splits"}
+    return {}
+
+
 def _check_reinterpretable(
     node: KeyedNode, nodes: Mapping[int, Node], input_id: int, parallelism: dict[int, int]
 ) -> None:
@@ -247,6 +257,11 @@ def _check_reinterpretable(
         why = f"{upstream.kind} {upstream.name!r} may change the key columns"
         raise PlanError(
             f"{what} {why}; reinterpret_as_keyed follows a keyed operator (process, aggregate) or a log source; {use}"
+        )
+    if upstream.reinterpreted and isinstance(keyed_origin(nodes, upstream.inputs[0]), SourceNode):
+        raise PlanError(
+            f"{what} {upstream.kind} {upstream.name!r} before it reads a pre-keyed source, whose key groups come from "
+            f"its splits, not from the key hash; do both steps in {upstream.name!r} (one process function), or {use}"
         )
     if tuple(upstream.keys) != tuple(node.keys):
         keyed_by = f"{upstream.name!r} is keyed by {list(upstream.keys)}"

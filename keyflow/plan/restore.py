@@ -14,13 +14,15 @@ from keyflow.plan.graph import JobGraph, Operator
 
 
 def state_signature(operator: Operator) -> dict[str, Any]:
-    """What an operator's state depends on: kind, keys, and its declared state or aggregates."""
+    """What an operator's state depends on: kind, keys, its declared state or aggregates, and
+    where its key groups come from (the key hash, or a pre-keyed source's splits)."""
     details = operator.details
     return {
         "kind": operator.kind,
         "keys": details.get("keys"),
         "state": details.get("state", details.get("aggregations")),
         "layout": details.get("state_layout", "partials"),
+        "key_groups": details.get("key_groups", "hash"),
     }
 
 

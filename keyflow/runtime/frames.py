@@ -63,7 +63,7 @@ class FrameBuilder:
             partitioner = operator.input_partitioner
             if partitioner == Partitioner.REBALANCE.value:
                 upstream = rebalance(upstream, operator.parallelism)
-            if not isinstance(node, (nodes.FilterNode, nodes.WithColumnsNode, nodes.KeyedNode)):
+            if not (isinstance(node, (nodes.FilterNode, nodes.WithColumnsNode)) or self.plan.reads_pre_keyed(node)):
                 upstream = upstream.drop(KEY_GROUP_COLUMN)  # a pre-keyed source's, for its keyed operator only
             if isinstance(node, nodes.SinkNode):
                 frame = upstream
@@ -92,7 +92,7 @@ class FrameBuilder:
         require_key_columns(node, upstream)
         self._keyed_inputs[node.id] = upstream
         if node.on_null is not None:
-            self._dead_letters.append((node, upstream.filter(null_key_condition(node.keys))))
+            self._dead_letters.append((node, upstream.filter(null_key_condition(node.keys)).drop(KEY_GROUP_COLUMN)))
             upstream = upstream.filter(~null_key_condition(node.keys))
         policy = "keep" if node.on_null is not None else self.plan.config["pipeline.null-keys"]
         operator = self.plan.operator(node.id)

@@ -21,7 +21,6 @@ import hashlib
 import json
 import re
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,7 +31,7 @@ from pyarrow import fs
 
 from keyflow.errors import KeyflowError
 from keyflow.keygroups import KEY_GROUP_COLUMN
-from keyflow.paths import absolute, exists, filesystem, lock_file
+from keyflow.paths import absolute, exists, filesystem, lock_file, write_atomically
 from keyflow.state.assignment import StateFile, base_versions, files_to_read
 from keyflow.state.memory import KeyedStateStore
 
@@ -52,13 +51,13 @@ class Manifest:
     operators: dict[str, list[StateFile]]
     sinks: list[dict[str, Any]] = field(default_factory=list)
     created: float = field(default_factory=time.time)
-    # A pre-keyed source: {"splits": [key group of each split], "index": {uid: [split index files]}}
+    # A pre-keyed source: {"splits": [key group of each split], "index": {uid: [[index file, rows]]}}
     pre_keyed: dict[str, Any] = field(default_factory=dict)
 
     def files(self) -> list[str]:
         """Every file of the checkpoint this version needs: state files and split indexes."""
         state = [f.path for files in self.operators.values() for f in files]
-        return state + [path for paths in self.pre_keyed.get("index", {}).values() for path in paths]
+        return state + [path for files in self.pre_keyed.get("index", {}).values() for path, _ in files]
 
     def to_json(self) -> str:
         return json.dumps({"format_version": FORMAT_VERSION, **asdict(self)}, indent=1)
@@ -98,10 +97,7 @@ class Checkpoint:
         """Write to a temporary name, then move into place: readers see all or nothing."""
         target = self.path(relative)
         self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-        temporary = f"{target}.tmp-{uuid.uuid4().hex}"
-        with self.fs.open_output_stream(temporary) as stream:
-            stream.write(data)
-        self.fs.move(temporary, target)
+        write_atomically(self.fs, target, data)
 
     # -- one job at a time ------------------------------------------------------------------
     def acquire(self) -> Any:

@@ -170,7 +170,7 @@ class KeyedStateStore:
         pre-keyed operator the keys it must check (see ``keyflow.state.splits``)."""
         if self._key_schema is None:
             self._key_schema = keys.schema
-        index = _key_index(keys)
+        index = key_index(keys)
         slots = self._index.lookup(index)
         new = slots < 0
         previous = np.full(len(slots), -1, dtype=np.int32)
@@ -237,7 +237,7 @@ class KeyedStateStore:
         self._touched[slots] = False
 
 
-def _key_index(keys: pa.Table) -> pd.Index:
+def key_index(keys: pa.Table) -> pd.Index:
     frame = keys.to_pandas()
     if keys.num_columns == 1:
         return pd.Index(frame.iloc[:, 0])

@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
 from keyflow.errors import KeyflowError, PlanError, is_positive_int
+from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.paths import unlock
 from keyflow.plan.compile import CompiledPlan
 from keyflow.runtime.autoscale import Autoscaler
@@ -173,7 +174,7 @@ class StreamingJob:
         else:
             stream = guarded(lambda: read(spark, parallelism), f"while starting {self._source.name!r}")
         self._plan_file = restore.check_source_schema(
-            self.checkpoint, self._plan_file, self._source, stream.schema.simpleString()
+            self.checkpoint, self._plan_file, self._source, stream.drop(KEY_GROUP_COLUMN).schema.simpleString()
         )
         source_dir = f"{self.checkpoint.uri.rstrip('/')}/{restore.SOURCE_DIR}"  # Spark's own offsets
         writer = stream.writeStream.foreachBatch(self._run_batch).option("checkpointLocation", source_dir)

@@ -23,7 +23,6 @@ from keyflow.state.checkpoint import Checkpoint, Manifest, read_key_reports, rea
 from keyflow.state.splits import SplitIndex
 
 LAYOUT_FILE = "source-layout.json"
-_COMPACT_AFTER = 16  # index files per operator before they are merged into one
 
 log = logging.getLogger("keyflow")
 
@@ -35,8 +34,9 @@ class PreKeyedSource:
     checkpoint: Checkpoint
     operators: dict[str, KeyedNode]  # the keyed operators reading it, by uid
     mapping: list[int] = field(default_factory=list)
-    index_files: dict[str, list[str]] = field(default_factory=dict)
+    index_files: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # (path, rows), oldest first
     indexes: dict[str, SplitIndex] = field(default_factory=dict)
+    complete: bool = True  # False once a micro-batch ran with verify=off: its new keys are not indexed
 
     @staticmethod
     def of(
@@ -48,12 +48,20 @@ class PreKeyedSource:
             return None
         saved = manifest.pre_keyed if manifest else {}
         operators = {uid: node for uid, node in plan.keyed_nodes().items() if plan.reads_pre_keyed(node)}
-        files = {uid: list(saved.get("index", {}).get(uid, [])) for uid in operators}
+        files = {uid: [(path, rows) for path, rows in saved.get("index", {}).get(uid, [])] for uid in operators}
         indexes = {}
         for uid, node in operators.items():
-            tables = [read_table(checkpoint, path) for path in files[uid]]
+            tables = [read_table(checkpoint, path) for path, _ in files[uid]]
             indexes[uid] = SplitIndex(node.keys, pa.concat_tables(tables) if tables else None)
-        return PreKeyedSource(source, keys, checkpoint, operators, list(saved.get("splits", [])), files, indexes)
+        mapping, complete = list(saved.get("splits", [])), saved.get("complete", True)
+        if not complete and plan.config["pipeline.pre-keyed.verify"] != "off":
+            log.warning(
+                "source %r: earlier micro-batches ran with pipeline.pre-keyed.verify=off, so the keys they saw first "
+                "are not in the split index; a key in two splits is still caught when one subtask reads both, not "
+                "across subtasks. Start a new checkpoint to check every key",
+                source.name,
+            )
+        return PreKeyedSource(source, keys, checkpoint, operators, mapping, files, indexes, complete)
 
     @property
     def layout(self) -> str:
@@ -74,6 +82,7 @@ class PreKeyedSource:
         anything commits; warn: log and go on); returns the manifest's ``pre_keyed`` section and
         how many keys were found in two splits (by any of its operators)."""
         total = 0
+        self.complete = self.complete and mode != "off"
         mapped = read_layout(self.layout)["key_groups"]  # the reader maps splits added while running
         if mapped[: len(self.mapping)] != self.mapping:
             raise PlanError(f"{self.layout} maps splits {mapped}, not as the checkpoint {self.mapping}; was it edited?")
@@ -94,14 +103,23 @@ class PreKeyedSource:
                 total = max(total, count)  # operators on one source see the same keys
             if new.num_rows:
                 index.add(new)
-                directory = self.checkpoint.version_dir(uid, batch)
-                if len(self.index_files[uid]) >= _COMPACT_AFTER and index.table is not None:
-                    write_table(self.checkpoint, f"{directory}/split-index-full.parquet", index.table)
-                    self.index_files[uid] = [f"{directory}/split-index-full.parquet"]
-                else:
-                    write_table(self.checkpoint, f"{directory}/split-index.parquet", new)
-                    self.index_files[uid].append(f"{directory}/split-index.parquet")
-        return {"splits": list(self.mapping), "index": {uid: list(f) for uid, f in self.index_files.items()}}, total
+                self._persist(uid, batch)
+        index = {uid: [list(entry) for entry in files] for uid, files in self.index_files.items()}
+        return {"splits": list(self.mapping), "index": index, "complete": self.complete}, total
+
+    def _persist(self, uid: str, batch: int) -> None:
+        """Write the keys just added to the index as one file, merged with the newest files of
+        similar size (a binary counter: O(log n) files, each key rewritten O(log n) times)."""
+        table = self.indexes[uid].table
+        assert table is not None
+        files = self.index_files[uid]
+        rows = table.num_rows - sum(count for _, count in files)
+        while files and files[-1][1] <= 2 * rows:
+            rows += files.pop()[1]
+        start = table.num_rows - rows
+        path = f"{self.checkpoint.version_dir(uid, batch)}/split-index-{start:012d}.parquet"
+        write_table(self.checkpoint, path, table.slice(start, rows))
+        files.append((path, rows))
 
     def _message(self, node: KeyedNode, batch: int, count: int, examples: list[Any], outcome: str) -> str:
         shown = "; ".join(example.describe() for example in examples[:3])
