@@ -84,11 +84,37 @@ def _flag(key: str, value: Any) -> bool:
     return text == "true"
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "bytes": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+               "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
+               "tib": 1 << 40}  # fmt: skip
+
+
+def parse_size(key: str, value: Any) -> int:
+    """Bytes from a Flink ``MemorySize``: ``64mb``, ``16 MiB``, ``1g``; units are binary (as
+    Flink's: ``1 mb`` is 1024 x 1024 bytes); a bare number is bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", str(value).lower())
+    if isinstance(value, bool) or not match or match.group(2) not in _SIZE_UNITS or int(match.group(1)) < 1:
+        raise ConfigError(f"{key}={value!r} is not a positive size; write e.g. '16mb', '512 kb' or '1 gb'")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+
+
+def _ratio(key: str, value: Any) -> float:
+    try:
+        number = float(str(value))
+    except ValueError:
+        number = -1.0
+    if isinstance(value, bool) or not 0 <= number < 1:
+        raise ConfigError(f"{key}={value!r} is invalid; it must be a number in [0, 1), e.g. 0.5")
+    return number
+
+
 def _text(key: str, value: Any) -> str:
     if not str(value).strip():
         raise ConfigError(f"{key} must not be empty")
     return str(value)
 
+
+AUTO_PARALLELISM = "execution.batch.adaptive.auto-parallelism."
 
 OPTIONS: dict[str, Option] = {
     option.key: option
@@ -191,6 +217,52 @@ OPTIONS: dict[str, Option] = {
             "5 min",
             "Adaptive scheduler: how long to wait for resources; then the job runs at what is there, or fails "
             "with no slot. Negative (e.g. -1 s): wait forever. Alias: …submission.resource-wait-timeout.",
+        ),
+        Option(
+            AUTO_PARALLELISM + "enabled",
+            _flag,
+            True,
+            "Batch: each keyed operator without an explicit parallelism gets one decided from the bytes of its "
+            "input once that is written to the shuffle (Flink's adaptive batch scheduler, FLIP-187).",
+        ),
+        Option(
+            AUTO_PARALLELISM + "min-parallelism",
+            _positive_int,
+            1,
+            "Batch auto-parallelism: the lower bound of a decided parallelism.",
+        ),
+        Option(
+            AUTO_PARALLELISM + "max-parallelism",
+            lambda key, value: _positive_int(key, value, UPPER_BOUND_MAX_PARALLELISM),
+            None,
+            "Batch auto-parallelism: the upper bound of a decided parallelism. Default: parallelism.default if "
+            "set (as Flink), else the task slots Spark has; never above the max parallelism K.",
+        ),
+        Option(
+            AUTO_PARALLELISM + "avg-data-volume-per-task",
+            parse_size,
+            16 * 1024 * 1024,
+            "Batch auto-parallelism: the bytes each subtask should read ('16mb'; binary units, as Flink's).",
+        ),
+        Option(
+            AUTO_PARALLELISM + "default-source-parallelism",
+            _positive_int,
+            None,
+            "Batch auto-parallelism: the parallelism of sources that set none. Default: the max-parallelism above.",
+        ),
+        Option(
+            AUTO_PARALLELISM + "max-broadcast-ratio",
+            _ratio,
+            0.5,
+            "Batch auto-parallelism (keyflow's; Flink fixes it at 0.5): broadcast input counts in the formula up to "
+            "this fraction of avg-data-volume-per-task.",
+        ),
+        Option(
+            AUTO_PARALLELISM + "balance",
+            _choice("bytes", "even"),
+            "bytes",
+            "Batch auto-parallelism (keyflow's): bytes gives each subtask a contiguous key-group range balanced by "
+            "the measured bytes; even splits the key groups evenly as FLIP-187 does.",
         ),
         Option(
             "table.exec.sink.keyed-shuffle",

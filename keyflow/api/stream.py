@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -35,8 +36,20 @@ class Stream:
         """The plan node of the operator that produced this stream."""
         return self.pipeline.node(self.node_id)
 
-    def _then(self, kind: type[nodes.Node], name: str, parallelism: int | None = None, **fields: Any) -> Stream:
-        return Stream(self.pipeline, self.pipeline.add(kind, (self.node_id,), name, parallelism, **fields))
+    def _then(
+        self,
+        kind: type[nodes.Node],
+        name: str,
+        parallelism: int | None = None,
+        inputs: tuple[int, ...] | None = None,
+        **fields: Any,
+    ) -> Stream:
+        return Stream(self.pipeline, self.pipeline.add(kind, inputs or (self.node_id,), name, parallelism, **fields))
+
+    def broadcast(self) -> Broadcast:
+        """This stream as a side input that every subtask of a keyed operator receives whole
+        (``process(..., side=small.broadcast())``); keep it small: it is read on the driver."""
+        return Broadcast(self)
 
     def set_name(self, name: str) -> Stream:
         """Name the operator that produced this stream (plans and error messages use it)."""
@@ -174,6 +187,14 @@ class Stream:
         return self.to_pandas() if as_pandas else self.to_arrow()
 
 
+@dataclass(frozen=True)
+class Broadcast:
+    """A stream every subtask of a keyed operator sees whole (a broadcast edge): one table,
+    read once per run (per micro-batch when streaming), passed to the function."""
+
+    stream: Stream
+
+
 class KeyedStream:
     """A stream partitioned by key; its operators keep per-key state in key groups."""
 
@@ -219,14 +240,23 @@ class KeyedStream:
         order_by: str | tuple[str, ...] | list[str] = (),
         name: str | None = None,
         parallelism: int | None = None,
+        side: Broadcast | None = None,
     ) -> Stream:
         """A keyed process function over Arrow batches: ``function(batch, state) -> table``.
 
         ``batch`` is a :class:`keyflow.KeyedBatch` (rows grouped by key; with ``order_by``,
         whole keys with their rows sorted by it);
         ``state`` gives vectorised access to the declared per-key ``state``; the result is a
-        ``pyarrow.Table``/``RecordBatch`` or pandas DataFrame matching ``schema``.
+        ``pyarrow.Table``/``RecordBatch`` or pandas DataFrame matching ``schema``. With
+        ``side=stream.broadcast()`` the function is ``function(batch, state, side)``, ``side``
+        the whole side stream as a ``pyarrow.Table``.
         """
+        if side is not None and not isinstance(side, Broadcast):
+            raise PlanError(f"process side= takes a broadcast stream (stream.broadcast()), got {side!r}")
+        if side is not None and side.stream.pipeline is not self._stream.pipeline:
+            raise PlanError("process side= is a stream of another pipeline; build both streams from one Pipeline")
+        if side is not None and side.stream.node_id == self._stream.node_id:
+            raise PlanError("process side= is the keyed stream itself; broadcast another (small) stream")
         if not callable(function):
             raise PlanError(f"process needs a function, got {function!r}")
         if schema is None:
@@ -241,10 +271,13 @@ class KeyedStream:
                 raise PlanError(f"state {state_name!r} is {descriptor!r}; declare ValueState, ListState or MapState")
             descriptor.arrow_type  # validates the type now, at plan time  # noqa: B018
         label = name or str(getattr(function, "__name__", "process"))
+        inputs = (self._stream.node_id,) if side is None else (self._stream.node_id, side.stream.node_id)
         return self._stream._then(
             nodes.ProcessNode,
             label,
             _p(parallelism, label),
+            inputs=inputs,
+            side_input=side is not None,
             keys=self.keys,
             on_null=self._on_null,
             function=function,

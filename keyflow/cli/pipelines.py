@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,6 +22,10 @@ ConfOption = Annotated[
     list[str] | None, typer.Option("--conf", "-c", help="Configuration key=value (repeatable); wins over the file.")
 ]
 ConfigFileOption = Annotated[str | None, typer.Option("--config", help="YAML file of configuration keys.")]
+ReportOption = Annotated[
+    str | None,
+    typer.Option("--report", help="Write the executed plan as a self-contained HTML page (stages, loads) here."),
+]
 
 
 def overrides(conf: list[str] | None, config_file: str | None, parallelism: int | None) -> dict[str, object]:
@@ -37,11 +42,14 @@ def plan(
     config: ConfigFileOption = None,
     parallelism: Annotated[int | None, typer.Option("--parallelism", "-p", help="parallelism.default")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    report: ReportOption = None,
 ) -> None:
     """Print the job plan of a pipeline file without running it."""
     with user_errors():
         job = load_pipeline(file, overrides(conf, config, parallelism)).plan()
     typer.echo(job.to_json() if as_json else job.render())
+    if report is not None:
+        _write_report(report, job.to_dict(), [], f"{job.name}: plan")
 
 
 def run(
@@ -56,6 +64,7 @@ def run(
     available_now: Annotated[
         bool, typer.Option("--available-now", help="Streaming: process the data there now, then stop.")
     ] = False,
+    report: ReportOption = None,
 ) -> None:
     """Run a pipeline file: print its plan, run it on Spark, summarise what was written.
 
@@ -64,10 +73,12 @@ def run(
     is not committed and runs again on restart)."""
     with user_errors():
         pipeline = load_pipeline(file, overrides(conf, config, parallelism))
-    execute(pipeline, checkpoint, available_now, as_json)
+    execute(pipeline, checkpoint, available_now, as_json, report)
 
 
-def execute(pipeline: Pipeline, checkpoint: str | None, available_now: bool, as_json: bool) -> None:
+def execute(
+    pipeline: Pipeline, checkpoint: str | None, available_now: bool, as_json: bool, report: str | None = None
+) -> None:
     """Print the plan, run the pipeline (a stream with a checkpoint when a source is
     unbounded or ``checkpoint`` is given), summarise what was written."""
     console = Console(highlight=False)
@@ -85,17 +96,63 @@ def execute(pipeline: Pipeline, checkpoint: str | None, available_now: bool, as_
     from keyflow.runtime.streaming import StreamingResult  # Spark is loaded by now
 
     if isinstance(result, StreamingResult):
+        if report is not None:
+            _write_report(report, job.to_dict(), [], f"{job.name}: streaming run")
         _streaming_summary(console, result, as_json)
         return
+    stages = [stage.to_dict() for stage in result.stages]
+    if report is not None:
+        _write_report(report, job.to_dict(), stages, f"{job.name}: run of {result.seconds:.1f} s")
     if as_json:
         sinks = [vars(sink) for sink in result.sinks]
-        typer.echo(json.dumps({"plan": job.to_dict(), "sinks": sinks, "seconds": result.seconds}))
+        typer.echo(json.dumps({"plan": job.to_dict(), "sinks": sinks, "stages": stages, "seconds": result.seconds}))
         return
+    if stages:
+        console.print(_stages_table(stages))
     table = Table("written to", "rows", "seconds", title=f"{job.name}: done in {result.seconds:.1f} s")
     for sink in result.sinks:
         rows = "-" if sink.rows is None else f"{sink.rows:,}"
         table.add_row(sink.target, rows, f"{sink.seconds:.1f}")
     console.print(table)
+
+
+def _write_report(path: str, plan: dict[str, Any], stages: list[dict[str, Any]], title: str) -> None:
+    from keyflow.cli.report import render_report  # matplotlib loads only for a report
+
+    Path(path).write_text(render_report(plan, stages, title), encoding="utf-8")
+
+
+def _stages_table(stages: list[dict[str, Any]]) -> Table:
+    """Each keyed stage's decided parallelism and why, and what each subtask read."""
+    table = Table("keyed operator", "input", "parallelism", "subtasks: key groups, bytes", "max/mean",
+                  title="auto-parallelism (execution.batch.adaptive.auto-parallelism.*)")  # fmt: skip
+    for stage in stages:
+        subtasks = "\n".join(
+            f"{s['subtask']}: {s['key_groups'][0]}-{s['key_groups'][1]}, {_size(s['bytes'])}" for s in stage["subtasks"]
+        )
+        why = (
+            stage["reason"]
+            if stage["reason"] == "formula"
+            else f"{stage['reason']}; formula {stage['formula_parallelism']}"
+        )
+        oversized = "".join(f"\nkey groups {a}-{b} above the mean" for a, b in stage["oversized_key_groups"])
+        table.add_row(
+            stage["operator"],
+            f"{_size(stage['input_bytes'])}, {stage['input_rows']:,} rows",
+            f"{stage['parallelism']} ({why})",
+            subtasks,
+            f"{stage['max_to_mean']:.2f}{oversized}",
+        )
+    return table
+
+
+def _size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{value:,.0f} B" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{value:,.1f} GiB"
 
 
 def _print_batch(batch: BatchMetrics) -> None:

@@ -20,6 +20,7 @@ from keyflow.plan.nodes import (
     FilterNode,
     KeyedNode,
     Node,
+    ProcessNode,
     SinkNode,
     SourceNode,
     WithColumnsNode,
@@ -180,6 +181,8 @@ def _value(partitioner: Partitioner | None) -> str | None:
 def _partitioner(
     node: Node, nodes: Mapping[int, Node], input_id: int, parallelism: dict[int, int], config: Config
 ) -> Partitioner:
+    if isinstance(node, ProcessNode) and node.side_input and input_id == node.inputs[1]:
+        return Partitioner.BROADCAST
     if isinstance(node, KeyedNode) and node.reinterpreted:
         _check_reinterpretable(node, nodes, input_id, parallelism)
         return Partitioner.FORWARD

@@ -142,15 +142,17 @@ class ProcessNode(KeyedNode):
     schema: pa.Schema | str | None = None
     state: Mapping[str, StateDescriptor] = field(default_factory=dict)
     order_by: tuple[str, ...] = ()
+    side_input: bool = False  # inputs[1] is broadcast to every subtask, whole
     kind: ClassVar[str] = "process"
 
     def describe(self) -> dict[str, Any]:
-        return {
+        described = {
             "keys": list(self.keys),
             "function": function_name(self.function),
             "state": {name: str(descriptor.arrow_type) for name, descriptor in self.state.items()},
             "order_by": list(self.order_by),
         }
+        return {**described, "side_input": True} if self.side_input else described
 
 
 @dataclass(frozen=True, eq=False)

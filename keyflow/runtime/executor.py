@@ -7,11 +7,15 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from keyflow.config import AUTO_PARALLELISM, ConfigError
+from keyflow.errors import KeyflowError
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import JobGraph
 from keyflow.plan.nodes import sink_target
+from keyflow.runtime.adaptive_exchange import StageReport
 from keyflow.runtime.frames import FrameBuilder, session_for
 from keyflow.runtime.progress import progress_enabled, spark_progress
+from keyflow.scheduler.batch_parallelism import AutoParallelism
 
 
 @dataclass(frozen=True)
@@ -29,11 +33,35 @@ class RunResult:
     plan: JobGraph
     sinks: list[SinkResult] = field(default_factory=list)
     seconds: float = 0.0
+    stages: list[StageReport] = field(default_factory=list)  # keyed stages sized by auto-parallelism
+
+
+def auto_parallelism(plan: CompiledPlan, task_slots: int) -> tuple[AutoParallelism | None, int | None]:
+    """The auto-parallelism options of a batch run (None: off) and the sources' parallelism.
+
+    The upper bound is ``…max-parallelism``, else ``parallelism.default`` if set (as Flink),
+    else the task slots Spark has; never above the max parallelism K."""
+    config = plan.config
+    if not config[AUTO_PARALLELISM + "enabled"]:
+        return None, None
+    upper = config[AUTO_PARALLELISM + "max-parallelism"] or config["parallelism.default"] or task_slots
+    try:
+        options = AutoParallelism(
+            config[AUTO_PARALLELISM + "min-parallelism"],
+            min(upper, plan.max_parallelism),
+            config[AUTO_PARALLELISM + "avg-data-volume-per-task"],
+            config[AUTO_PARALLELISM + "max-broadcast-ratio"],
+            config[AUTO_PARALLELISM + "balance"] == "bytes",
+        )
+    except KeyflowError as error:
+        raise ConfigError(f"{AUTO_PARALLELISM}{error}") from None
+    return options, config[AUTO_PARALLELISM + "default-source-parallelism"]
 
 
 def run_batch(plan: CompiledPlan) -> RunResult:
     spark = session_for(plan)
-    builder = FrameBuilder(spark, plan)
+    options, sources = auto_parallelism(plan, spark.sparkContext.defaultParallelism)
+    builder = FrameBuilder(spark, plan, auto_parallelism=options, source_parallelism=sources)
     result = RunResult(plan.graph)
     started = time.perf_counter()
     show = progress_enabled(plan.config["pipeline.progress"])
@@ -47,6 +75,7 @@ def run_batch(plan: CompiledPlan) -> RunResult:
             result.sinks.append(SinkResult(sink.name, sink_target(sink.sink), rows, time.perf_counter() - clock))
     finally:
         builder.release()
+    result.stages = builder.stages
     result.seconds = time.perf_counter() - started
     return result
 
@@ -54,7 +83,9 @@ def run_batch(plan: CompiledPlan) -> RunResult:
 def collect(plan: CompiledPlan) -> pa.Table:
     """Run the plan up to its one root and return the root's rows (for tests and notebooks)."""
     (root,) = plan.roots
-    builder = FrameBuilder(session_for(plan), plan)
+    spark = session_for(plan)
+    options, sources = auto_parallelism(plan, spark.sparkContext.defaultParallelism)
+    builder = FrameBuilder(spark, plan, auto_parallelism=options, source_parallelism=sources)
     try:
         frame = builder.frame(root)
         _write_dead_letters(builder, show=False)

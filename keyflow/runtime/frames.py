@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from keyflow.errors import PipelineError, PlanError
@@ -17,10 +18,19 @@ from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
+from keyflow.runtime.adaptive_exchange import StageReport, adaptive_keyed_exchange
 from keyflow.runtime.errors import guarded
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition, rebalance
-from keyflow.runtime.operators import NULL_KEY_MARKER, apply_keyed, apply_stateless, require_key_columns
+from keyflow.runtime.operators import (
+    NULL_KEY_MARKER,
+    AdaptiveExchange,
+    KeyGroupRanges,
+    apply_keyed,
+    apply_stateless,
+    require_key_columns,
+)
 from keyflow.runtime.session import spark_session
+from keyflow.scheduler.batch_parallelism import AutoParallelism
 from keyflow.state.durable import CheckpointedState
 
 T = TypeVar("T")
@@ -35,11 +45,19 @@ class FrameBuilder:
         plan: CompiledPlan,
         sources: dict[int, DataFrame] | None = None,
         state: dict[str, CheckpointedState] | None = None,
+        auto_parallelism: AutoParallelism | None = None,
+        source_parallelism: int | None = None,
     ) -> None:
         """``sources`` replace reading a source (a streaming micro-batch), by node id; ``state``
-        gives keyed operators durable state by uid (streaming); without it state lives for one run."""
+        gives keyed operators durable state by uid (streaming); without it state lives for one run.
+        ``auto_parallelism`` (batch): keyed operators without a parallelism of their own decide
+        it from their input's bytes (``stages`` reports each decision); sources without one
+        read at ``source_parallelism``."""
         self.spark, self.plan = spark, plan
         self._sources, self._state = sources or {}, state or {}
+        self._auto, self._source_parallelism = auto_parallelism, source_parallelism
+        self.stages: list[StageReport] = []
+        self._ranges: dict[int, KeyGroupRanges] = {}  # decided key groups of keyed operators, by node id
         self._consumers: dict[int, int] = {}
         for node in plan.nodes.values():
             for input_id in node.inputs:
@@ -57,7 +75,8 @@ class FrameBuilder:
             frame = self._sources[node_id]
         elif isinstance(node, nodes.SourceNode):
             read = node.source.read
-            frame = self.guarded(lambda: read(self.spark, operator.parallelism), node)
+            parallelism = (node.parallelism is None and self._source_parallelism) or operator.parallelism
+            frame = self.guarded(lambda: read(self.spark, parallelism), node)
         else:
             upstream = self.frame(node.inputs[0])
             partitioner = operator.input_partitioner
@@ -101,8 +120,45 @@ class FrameBuilder:
         state = self._state.get(operator.uid)
         pre_keyed = self.plan.reads_pre_keyed(node)
         report = pre_keyed and checks != "off" and state is not None
+        ranges = (
+            self._ranges.get(nodes.keyed_origin(self.plan.nodes, node.inputs[0]).id) if node.reinterpreted else None
+        )
+        if ranges is not None:
+            self._ranges[node.id] = ranges
+        side = self._side_input(node)
+        broadcast_bytes = 0 if side is None else side.nbytes
+        adaptive = None
+        if self._auto and node.parallelism is None and not node.reinterpreted:
+            adaptive = self._adaptive(node, broadcast_bytes)
         return apply_keyed(node, upstream, operator, self.plan.max_parallelism, policy, state, verify, pre_keyed,
-                           report)  # fmt: skip
+                           report, adaptive, ranges, side)  # fmt: skip
+
+    def _side_input(self, node: nodes.KeyedNode) -> pa.Table | None:
+        """A process function's broadcast side input, read whole on the driver."""
+        if not (isinstance(node, nodes.ProcessNode) and node.side_input):
+            return None
+        frame = self.frame(node.inputs[1]).drop(KEY_GROUP_COLUMN)
+        table: pa.Table = self.guarded(frame.toArrow, self.plan.nodes[node.inputs[1]])
+        return table
+
+    def _adaptive(self, node: nodes.KeyedNode, broadcast_bytes: int) -> AdaptiveExchange:
+        """The exchange of ``node`` with its parallelism decided from the bytes it receives
+        (and those of its broadcast input)."""
+        assert self._auto is not None
+        options = self._auto
+
+        def exchange(
+            rows: DataFrame, keep_key_group: bool, fail_on_null: str | None
+        ) -> tuple[DataFrame, KeyGroupRanges]:
+            exchanged, report = adaptive_keyed_exchange(
+                rows, node.keys, self.plan.max_parallelism, options, (node.id, node.name),
+                lambda action: self.guarded(action, node), broadcast_bytes, keep_key_group, fail_on_null,
+            )  # fmt: skip
+            self.stages.append(report)
+            self._ranges[node.id] = report.key_groups
+            return exchanged, report.key_groups
+
+        return exchange
 
     def key_types(self, node_id: int) -> dict[str, str]:
         """The Spark types of a built keyed operator's key columns."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -34,6 +34,9 @@ from keyflow.runtime.workers import BatchMapper, ProcessRunner, conform
 from keyflow.state.durable import CheckpointedState, MemoryState
 
 NULL_KEY_MARKER = "[keyflow-null-keys]"
+KeyGroupRanges = tuple[tuple[int, int], ...]  # each subtask's inclusive key-group range
+# (rows, keep the key-group column, null-key failure message) -> (exchanged rows, ranges)
+AdaptiveExchange = Callable[[DataFrame, bool, str | None], tuple[DataFrame, KeyGroupRanges]]
 
 
 def apply_stateless(node: nodes.Node, frame: DataFrame) -> DataFrame:
@@ -78,6 +81,9 @@ def apply_keyed(
     verify: bool = True,
     pre_keyed: bool = False,
     report_keys: bool = False,
+    adaptive: AdaptiveExchange | None = None,
+    ranges: KeyGroupRanges | None = None,
+    side: pa.Table | None = None,
 ) -> DataFrame:
     """aggregate and process: exact exchange by key group, then the keyed operator.
 
@@ -94,9 +100,14 @@ def apply_keyed(
     ``pre_keyed``: the rows come from a pre-keyed source, each with its split's key group and
     in the partition of the subtask that owns it; ``report_keys`` has the subtasks report
     new keys for the driver's one-split-per-key check.
+
+    ``adaptive`` (a batch job's auto-parallelism) replaces the exchange: it decides how many
+    subtasks read the rows and which key groups each owns; ``ranges`` are those of the keyed
+    operator a reinterpreted one follows. ``side``: a process function's broadcast side input.
     """
     parallelism = operator.parallelism
     fail_message = f"{NULL_KEY_MARKER} {node.id}" if null_keys == "fail" else None
+    decided: list[KeyGroupRanges | None] = [ranges]
 
     def exchange(rows: DataFrame, keep_key_group: bool) -> DataFrame:
         if null_keys == "drop":
@@ -108,6 +119,9 @@ def apply_keyed(
                     key_group
                 )
             return rows.withColumn(KEY_GROUP_COLUMN, key_group)
+        if adaptive is not None:
+            exchanged, decided[0] = adaptive(rows, keep_key_group, fail_message)
+            return exchanged
         return keyed_exchange(rows, node.keys, max_parallelism, parallelism, keep_key_group, fail_message)
 
     def run(
@@ -116,6 +130,7 @@ def apply_keyed(
         runner = ProcessRunner(
             function, schema, node.keys, order_by, state, max_parallelism, parallelism,
             f"{node.kind} {node.name!r}", keyed_state or MemoryState(), node.reinterpreted, verify, report_keys,
+            decided[0], side,
         )  # fmt: skip
         return map_in_arrow(exchanged, runner, schema, node)
 

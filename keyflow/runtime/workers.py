@@ -96,18 +96,28 @@ class ProcessRunner:
         reinterpreted: bool = False,
         verify: bool = True,
         report_keys: bool = False,
+        ranges: tuple[tuple[int, int], ...] | None = None,
+        side: pa.Table | None = None,
     ) -> None:
         """``report_keys``: a pre-keyed source's operator reports the keys new to its state and
-        those seen under another key group, for the driver's one-split-per-key check."""
+        those seen under another key group, for the driver's one-split-per-key check.
+        ``ranges``: each subtask's key groups where a batch job decided them from the bytes
+        (auto-parallelism), instead of the even ranges of ``parallelism``. ``side``: a broadcast
+        side input, passed whole to every call."""
         self.function, self.schema, self.keys, self.order_by, self.state = function, schema, keys, order_by, state
         self.max_parallelism, self.parallelism, self.operator = max_parallelism, parallelism, operator
         self.keyed_state, self.reinterpreted, self.verify = keyed_state, reinterpreted, verify
-        self.report_keys = report_keys
+        self.report_keys, self.ranges = report_keys, ranges
+        self.arguments = () if side is None else (side,)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
         self._subtask = context.partitionId() if context else 0
-        self._range = key_group_range(self.max_parallelism, self.parallelism, self._subtask)
+        self._range = (
+            self.ranges[self._subtask]
+            if self.ranges
+            else key_group_range(self.max_parallelism, self.parallelism, self._subtask)
+        )
         self._store = self.keyed_state.open(self.state, self._subtask, *self._range)
         self._kinds = {name: view_kind(descriptor) for name, descriptor in self.state.items()}
         self._reports: list[pa.Table] = []
@@ -154,7 +164,7 @@ class ProcessRunner:
             if mixed.any():
                 self._report(keyed.keys.take(keyed.key_index[mixed]), key_groups[mixed], first_of_key[mixed])
         state = KeyedState(self._store, slots, self._kinds)
-        result = _call_user(self.function, self.operator, keyed, state)
+        result = _call_user(self.function, self.operator, keyed, state, *self.arguments)
         yield from conform(result, self.schema, self.operator).to_batches()
 
     def _outside_range(self, table: pa.Table, key_groups: npt.NDArray[np.int32], first: int, last: int) -> str:
