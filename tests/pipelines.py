@@ -8,6 +8,9 @@ import numpy as np
 import pandas as pd
 
 TEST_SPARK = {"spark.master": "local[2]", "pipeline.progress": "off"}
+# A batch run at exactly its parallelism, for tests of Flink's key-group ranges at P (batch
+# runs otherwise decide P from their input's bytes: execution.batch.adaptive.auto-parallelism).
+FIXED = {"execution.batch.adaptive.auto-parallelism.enabled": False}
 
 
 def write_clicks(path: Path, rows: int = 20_000, users: int = 300, seed: int = 3) -> pd.DataFrame:

@@ -51,7 +51,16 @@ def test_plan_of_the_example_as_json() -> None:
 def test_run_writes_output_and_conf_wins(tmp_path: Path) -> None:
     file = write_pipeline(tmp_path)
     result = subprocess.run(
-        [str(KEYFLOW), "run", str(file), "--conf", "parallelism.default=3", "--json"],
+        [
+            str(KEYFLOW),
+            "run",
+            str(file),
+            "--conf",
+            "parallelism.default=3",
+            "--json",
+            "--conf",
+            "execution.batch.adaptive.auto-parallelism.enabled=false",
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -12,7 +12,7 @@ import pytest
 from keyflow import KeyedBatch, KeyedState, Pipeline, files
 from keyflow.keygroups import assign_to_key_groups, key_group_range, subtasks_for_key_groups
 from keyflow.runtime.exchange import routing_values
-from tests.pipelines import TEST_SPARK, write_clicks
+from tests.pipelines import FIXED, TEST_SPARK, write_clicks
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def clicks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame
 @pytest.mark.parametrize("parallelism", [1, 2, 3, 7])
 def test_aggregate_output_partition_is_the_owning_subtask(clicks: tuple[Path, pd.DataFrame], parallelism: int) -> None:
     path, _ = clicks
-    p = Pipeline(parallelism=parallelism, config={**TEST_SPARK, "pipeline.max-parallelism": 128})
+    p = Pipeline(parallelism=parallelism, config={**TEST_SPARK, "pipeline.max-parallelism": 128, **FIXED})
     result = (
         p.source(files(path))
         .key_by("user")
@@ -45,7 +45,7 @@ def record_subtask(batch: KeyedBatch, state: KeyedState) -> pa.Table:
 
 def test_process_runs_each_key_in_its_subtask(clicks: tuple[Path, pd.DataFrame]) -> None:
     path, frame = clicks
-    p = Pipeline(parallelism=3, config={**TEST_SPARK, "pipeline.max-parallelism": 300})
+    p = Pipeline(parallelism=3, config={**TEST_SPARK, "pipeline.max-parallelism": 300, **FIXED})
     result = p.source(files(path)).key_by("user").process(record_subtask, schema="user string, subtask int").to_pandas()
     groups = assign_to_key_groups(result.user.to_numpy(dtype=object), 300)
     for subtask in range(3):

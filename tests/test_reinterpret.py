@@ -15,7 +15,7 @@ from keyflow.errors import PipelineError, PlanError
 from keyflow.plan.compile import compile_plan
 from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.session import spark_session
-from tests.pipelines import TEST_SPARK, write_clicks
+from tests.pipelines import FIXED, TEST_SPARK, write_clicks
 
 
 def running_clicks(batch: KeyedBatch, state: KeyedState) -> pa.Table:
@@ -83,7 +83,8 @@ def test_rows_not_keyed_as_declared_stop_the_job(tmp_path: Path) -> None:
         users = np.char.add("other-", np.asarray(batch.keys.column("user").to_pylist(), dtype=str))
         return pa.table({"user": users.tolist(), "clicks": batch.last_per_key(batch.data.column("clicks"))})
 
-    p = Pipeline(parallelism=2, config=TEST_SPARK)
+    # At parallelism 2 fixed: one subtask (what auto-parallelism decides for so little) owns every key group.
+    p = Pipeline(parallelism=2, config={**TEST_SPARK, **FIXED})
     renamed = per_user(p, tmp_path / "clicks").key_by("user").process(rename_users, "user string, clicks long")
     renamed.reinterpret_as_keyed("user").aggregate(n="sum(clicks)").sink(parquet(str(tmp_path / "out")))
     with pytest.raises(PipelineError, match=r"row\(s\) of other subtasks' key groups, e.g. key \{'user': 'other-.*"

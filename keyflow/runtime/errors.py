@@ -44,8 +44,8 @@ def translate(error: Exception, operator: str | None = None) -> PipelineError:
 def first_line(text: str) -> str:
     """Spark's message without SQLSTATE lines, query context and JVM frames."""
     for line in text.strip().splitlines():
-        line = line.strip()
-        if line and not line.startswith(("SQLSTATE", "==", "at ", "JVM stacktrace")):
+        line = line.strip().removeprefix(": ")  # Py4J's ": <exception>" after its own line
+        if line and not line.startswith(("SQLSTATE", "==", "at ", "JVM stacktrace", "An error occurred while calling")):
             return line
     return text.strip()
 

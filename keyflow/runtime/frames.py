@@ -13,13 +13,13 @@ from typing import TypeVar
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from keyflow.errors import PipelineError, PlanError
+from keyflow.errors import KeyflowError, PipelineError, PlanError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
 from keyflow.runtime.adaptive_exchange import StageReport, adaptive_keyed_exchange
-from keyflow.runtime.errors import guarded
+from keyflow.runtime.errors import translate
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition, rebalance
 from keyflow.runtime.operators import (
     NULL_KEY_MARKER,
@@ -174,11 +174,14 @@ class FrameBuilder:
     def guarded(self, action: Callable[[], T], node: nodes.Node) -> T:
         """Run a Spark action for ``node``; its failure becomes one clear keyflow error."""
         try:
-            return guarded(action, f"while running {node.name!r}")
-        except PipelineError as error:
-            if NULL_KEY_MARKER not in str(error):
-                raise
-            node_id = int(str(error).split(NULL_KEY_MARKER, 1)[1].split()[0].strip("'\"."))
+            return action()
+        except KeyflowError:
+            raise
+        except Exception as error:  # the whole JVM trace: the marker may sit in a cause
+            text = str(error)
+            if NULL_KEY_MARKER not in text:
+                raise translate(error, f"while running {node.name!r}") from None
+            node_id = int(text.split(NULL_KEY_MARKER, 1)[1].split()[0].strip("'\"."))
             raise self._null_key_error(node_id) from None
 
     def _null_key_error(self, node_id: int) -> PipelineError:
