@@ -17,6 +17,8 @@ bench: $(STAMP)
 	$(VENV)/bin/python -m bench.batch_keyed
 	$(VENV)/bin/python -m bench.streaming_state
 	$(VENV)/bin/python -m bench.changelog_routing
+	$(VENV)/bin/python -m bench.pre_keyed
+	$(VENV)/bin/python -m bench.adaptive_batch
 
 $(STAMP): requirements.lock pyproject.toml scripts/bootstrap.sh
 	scripts/bootstrap.sh

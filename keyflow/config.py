@@ -248,7 +248,8 @@ OPTIONS: dict[str, Option] = {
             AUTO_PARALLELISM + "default-source-parallelism",
             _positive_int,
             None,
-            "Batch auto-parallelism: the parallelism of sources that set none. Default: the max-parallelism above.",
+            "Batch auto-parallelism: the parallelism of sources that set none. Default: unset, sources read at "
+            "their usual parallelism (Flink's default is 1).",
         ),
         Option(
             AUTO_PARALLELISM + "max-broadcast-ratio",

@@ -182,6 +182,92 @@ def test_invalid_options_are_clear_errors(key: str, value: object, message: str)
         Pipeline(config={AUTO + key: value})
 
 
+def test_min_above_the_default_bound_says_where_the_bound_comes_from(tmp_path: Path) -> None:
+    write_events(tmp_path / "in", 100, 10, None)
+    with pytest.raises(
+        ConfigError,
+        match=r"auto-parallelism.min-parallelism=3 is above the upper bound 2 \(Spark's task slots, as "
+        r"execution.batch.adaptive.auto-parallelism.max-parallelism is not set\); lower min-parallelism or set",
+    ):
+        run(tmp_path, {AUTO + "min-parallelism": 3},
+            lambda s: s.key_by("key").aggregate(n="count(*)").sink(parquet(str(tmp_path / "out"))))  # fmt: skip
+
+
+def test_an_operator_after_a_decided_stage_keeps_its_own_parallelism(tmp_path: Path) -> None:
+    """The plan saw a forward edge (both at the default 3); the stage was decided at 1, the
+    sink with parallelism=3 of its own still writes 3 files, the one without follows with 1."""
+    events = write_events(tmp_path / "in", 3_000, 50, None)
+
+    def build(source: object) -> None:
+        counted = source.key_by("key").aggregate(n="count(*)")  # type: ignore[attr-defined]
+        counted.sink(parquet(str(tmp_path / "own")), parallelism=3)
+        counted.sink(parquet(str(tmp_path / "follows")))
+
+    result = run(tmp_path, {"parallelism.default": 3}, build)
+    assert [stage.decision.parallelism for stage in result.stages] == [1]
+    assert len(list((tmp_path / "own").glob("part-*"))) == 3
+    assert len(list((tmp_path / "follows").glob("part-*"))) == 1
+    own = pd.read_parquet(tmp_path / "own").sort_values("key").reset_index(drop=True)
+    assert (own["n"].to_numpy() == events.groupby("key").size().to_numpy()).all()
+
+
+def test_two_decided_stages_in_a_row_and_collect(tmp_path: Path) -> None:
+    """key_by -> process -> key_by (another key) -> aggregate, collected with to_pandas()."""
+    events = write_events(tmp_path / "in", 30_000, 400, 1.3)
+    p = Pipeline(config={**TEST_SPARK, AUTO + "avg-data-volume-per-task": "32kb"})
+    totals = (
+        p.source(files(str(tmp_path / "in")))
+        .key_by("key")
+        .process(running_total, "key long, seq long, total long", state={"total": ValueState("int64")}, order_by="seq")
+    )
+    got = totals.with_columns(bucket="total % 7").key_by("bucket").aggregate(n="count(*)").to_pandas()
+    ordered = events.sort_values("seq")
+    want = (ordered.groupby("key")["amount"].cumsum() % 7).value_counts()
+    assert dict(zip(got["bucket"], got["n"], strict=True)) == want.to_dict()
+
+
+def test_an_empty_input_spark_knows_of_runs_with_one_subtask(tmp_path: Path) -> None:
+    write_events(tmp_path / "in", 100, 10, None)
+    result = run(
+        tmp_path,
+        {},
+        lambda s: (
+            s.filter("false")
+            .key_by("key")
+            .process(where, "key long, subtask int, key_group int")
+            .sink(parquet(str(tmp_path / "out")))
+        ),
+    )
+    (stage,) = result.stages
+    assert (stage.decision.parallelism, stage.decision.reason, stage.rows) == (1, "empty input", 0)
+    assert stage.key_groups == ((0, 27719),)
+
+
+def test_even_balance_and_default_source_parallelism_on_spark(tmp_path: Path) -> None:
+    events = write_events(tmp_path / "in", 20_000, 3_000, 1.2)
+    result = run(
+        tmp_path,
+        {
+            AUTO + "balance": "even",
+            AUTO + "avg-data-volume-per-task": "16kb",
+            AUTO + "max-parallelism": 4,
+            AUTO + "default-source-parallelism": 1,
+        },
+        lambda s: (
+            s.key_by("key")
+            .process(where, "key long, subtask int, key_group int")
+            .sink(parquet(str(tmp_path / "where")))
+        ),
+    )
+    (stage,) = result.stages
+    assert stage.decision.ranges == tuple(
+        (stage.subpartitions * k // 4, stage.subpartitions * (k + 1) // 4 - 1) for k in range(4)
+    )
+    assert result.parallelism[1] == 1  # the source read at default-source-parallelism
+    seen = pd.read_parquet(tmp_path / "where")
+    assert set(seen["key"]) == set(events["key"])
+
+
 def test_min_above_max_is_a_clear_error_naming_both(tmp_path: Path) -> None:
     write_events(tmp_path / "in", 100, 10, None)
     with pytest.raises(

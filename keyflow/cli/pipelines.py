@@ -97,12 +97,13 @@ def execute(
 
     if isinstance(result, StreamingResult):
         if report is not None:
-            _write_report(report, job.to_dict(), [], f"{job.name}: streaming run")
+            _write_report(report, job.to_dict(), [], f"{job.name}: streaming run", {})
         _streaming_summary(console, result, as_json)
         return
     stages = [stage.to_dict() for stage in result.stages]
     if report is not None:
-        _write_report(report, job.to_dict(), stages, f"{job.name}: run of {result.seconds:.1f} s")
+        title = f"{job.name}: run of {result.seconds:.1f} s"
+        _write_report(report, job.to_dict(), stages, title, result.parallelism)
     if as_json:
         sinks = [vars(sink) for sink in result.sinks]
         typer.echo(json.dumps({"plan": job.to_dict(), "sinks": sinks, "stages": stages, "seconds": result.seconds}))
@@ -116,10 +117,12 @@ def execute(
     console.print(table)
 
 
-def _write_report(path: str, plan: dict[str, Any], stages: list[dict[str, Any]], title: str) -> None:
+def _write_report(
+    path: str, plan: dict[str, Any], stages: list[dict[str, Any]], title: str, ran: dict[int, int] | None = None
+) -> None:
     from keyflow.cli.report import render_report  # matplotlib loads only for a report
 
-    Path(path).write_text(render_report(plan, stages, title), encoding="utf-8")
+    Path(path).write_text(render_report(plan, stages, title, ran), encoding="utf-8")
 
 
 def _stages_table(stages: list[dict[str, Any]]) -> Table:
@@ -135,7 +138,9 @@ def _stages_table(stages: list[dict[str, Any]]) -> Table:
             if stage["reason"] == "formula"
             else f"{stage['reason']}; formula {stage['formula_parallelism']}"
         )
-        oversized = "".join(f"\nkey groups {a}-{b} above the mean" for a, b in stage["oversized_key_groups"])
+        oversized = "".join(
+            f"\nkey groups {a}-{b} (one block) above the mean" for a, b in stage["oversized_subpartitions"]
+        )
         table.add_row(
             stage["operator"],
             f"{_size(stage['input_bytes'])}, {stage['input_rows']:,} rows",

@@ -28,8 +28,17 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 """
 
 
-def render_report(plan: dict[str, Any], stages: list[dict[str, Any]], title: str) -> str:
-    """The page for a job graph (``JobGraph.to_dict()``) and the stage reports of a run."""
+_PLAN_ONLY = (
+    "<p>A plan, not a run: in a batch run with auto-parallelism, keyed operators without a parallelism of "
+    "their own (and what follows them) get theirs from their input's bytes.</p>"
+)
+
+
+def render_report(
+    plan: dict[str, Any], stages: list[dict[str, Any]], title: str, ran: dict[int, int] | None = None
+) -> str:
+    """The page for a job graph (``JobGraph.to_dict()``) and the stage reports of a run;
+    ``ran``: the parallelism each operator ran at (None: a plan, not run)."""
     decided = {stage["operator_id"]: stage for stage in stages}
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
@@ -39,8 +48,10 @@ def render_report(plan: dict[str, Any], stages: list[dict[str, Any]], title: str
         f"{plan['default_parallelism']}</p>",
         "<h2>Vertices and edges</h2>",
     ]
+    if ran is None:
+        parts.append(_PLAN_ONLY)
     for vertex in plan["vertices"]:
-        parts.append(_vertex(vertex, decided))
+        parts.append(_vertex(vertex, decided, ran or {}))
         for edge in plan["edges"]:
             if edge["source"] == vertex["id"]:
                 keys = f" by {', '.join(edge['keys'])}" if edge.get("keys") else ""
@@ -55,7 +66,7 @@ def render_report(plan: dict[str, Any], stages: list[dict[str, Any]], title: str
     return "\n".join(parts)
 
 
-def _vertex(vertex: dict[str, Any], decided: dict[int, dict[str, Any]]) -> str:
+def _vertex(vertex: dict[str, Any], decided: dict[int, dict[str, Any]], ran: dict[int, int]) -> str:
     chosen = [decided[op["id"]] for op in vertex["operators"] if op["id"] in decided]
     if chosen:
         stage = chosen[0]
@@ -63,7 +74,8 @@ def _vertex(vertex: dict[str, Any], decided: dict[int, dict[str, Any]]) -> str:
             f"<span class='p decided'>parallelism {stage['parallelism']} (decided: {escape(stage['reason'])})</span>"
         )
     else:
-        parallelism = f"<span class='p'>parallelism {vertex['parallelism']}</span>"
+        first = vertex["operators"][0]["id"]
+        parallelism = f"<span class='p'>parallelism {ran.get(first, vertex['parallelism'])}</span>"
     operators = "<br>".join(f"{escape(op['kind'])} <b>{escape(op['name'])}</b>" for op in vertex["operators"])
     return f"<div class='vertex' id='vertex-{vertex['id']}'>{parallelism}vertex {vertex['id']}<br>{operators}</div>"
 
@@ -75,9 +87,9 @@ def _stage(stage: dict[str, Any]) -> str:
         for s in stage["subtasks"]
     )
     oversized = "".join(
-        f"<p class='warn'>key groups {a}&ndash;{b} hold more than the mean load: one key group cannot be split "
-        "without breaking keyed state</p>"
-        for a, b in stage["oversized_key_groups"]
+        f"<p class='warn'>key groups {a}&ndash;{b} (one subpartition) hold more than the mean load per subtask: "
+        "a subtask reads whole subpartitions, so this block bounds the largest load</p>"
+        for a, b in stage["oversized_subpartitions"]
     )
     return (
         f"<h2 id='stage-{stage['operator_id']}'>Keyed stage &ldquo;{escape(stage['operator'])}&rdquo;</h2>"

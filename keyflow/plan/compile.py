@@ -84,6 +84,11 @@ class CompiledPlan:
         origin = keyed_origin(self.nodes, node.inputs[0])
         return isinstance(origin, SourceNode) and bool(self.pre_keyed_by(origin.id))
 
+    def auto_sized(self) -> list[KeyedNode]:
+        """Keyed operators a batch run with auto-parallelism sizes from their input: those
+        with no parallelism of their own that are not reinterpreted (they follow their input)."""
+        return [n for n in self.keyed_nodes().values() if n.parallelism is None and not n.reinterpreted]
+
     def keyed_nodes(self) -> dict[str, KeyedNode]:
         """The operators that keep keyed state, by uid."""
         return {self.uid(n.id): n for n in self.nodes.values() if isinstance(n, KeyedNode) and self.is_keyed(n.id)}

@@ -15,7 +15,7 @@ with ``CoalescedPartitionSpec``), through Py4J.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame
@@ -59,7 +59,7 @@ class StageReport:
                 for i, (groups, load) in enumerate(zip(self.key_groups, d.loads, strict=True))
             ],
             "max_to_mean": round(d.max_to_mean, 4),
-            "oversized_key_groups": [
+            "oversized_subpartitions": [
                 list(_key_groups(index, index, self.subpartitions, self.max_parallelism)) for index in d.oversized
             ],
         }
@@ -97,14 +97,20 @@ def adaptive_keyed_exchange(
     jvm = spark._jvm
     assert jvm is not None
     exchange = _shuffle_exchange(shuffled)
+    if exchange is None:  # Spark's optimizer knew the input is empty and planned no shuffle
+        decision = replace(decide([0] * count, broadcast_bytes, options), reason="empty input")
+        return shuffled, StageReport(
+            *operator, decision, 0, max_parallelism, count, (_key_groups(0, count - 1, count, max_parallelism),)
+        )
     statistics = guard(
         lambda: jvm.org.apache.spark.util.ThreadUtils.awaitResult(
             exchange.mapOutputStatisticsFuture(), jvm.scala.concurrent.duration.Duration.Inf()
         )
     )
-    # No map task (an empty input): nothing was written.
-    sizes = [int(size) for size in statistics.bytesByPartitionId()] if statistics else [0] * count
-    decision = decide(sizes, broadcast_bytes, options)
+    if statistics is None:  # no map task: an empty input
+        decision = replace(decide([0] * count, broadcast_bytes, options), reason="empty input")
+    else:
+        decision = decide([int(size) for size in statistics.bytesByPartitionId()], broadcast_bytes, options)
     rows = int(exchange.metrics().apply("shuffleRecordsWritten").value())
     specs = spark.sparkContext._gateway.new_array(  # type: ignore[union-attr]
         jvm.org.apache.spark.sql.execution.ShufflePartitionSpec, len(decision.ranges)
@@ -120,7 +126,9 @@ def adaptive_keyed_exchange(
 
 def _shuffle_exchange(shuffled: DataFrame) -> Any:
     """The physical exchange of ``shuffled`` (planned without Spark's adaptive execution, which
-    would hide it behind its own query stages)."""
+    would hide it behind its own query stages; the shuffles below it, e.g. an aggregate's own,
+    then run at ``spark.sql.shuffle.partitions`` without coalescing), or None where Spark
+    planned none (an input it knows is empty)."""
     spark = shuffled.sparkSession
     adaptive = spark.conf.get("spark.sql.adaptive.enabled")
     spark.conf.set("spark.sql.adaptive.enabled", "false")
@@ -131,6 +139,6 @@ def _shuffle_exchange(shuffled: DataFrame) -> Any:
     node = plan
     while node.getClass().getSimpleName() != "ShuffleExchangeExec":
         if node.children().isEmpty():
-            raise AssertionError(f"no shuffle exchange in the plan of a keyed exchange: {plan.toString()}")
+            return None
         node = node.children().head()
     return node

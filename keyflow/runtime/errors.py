@@ -19,12 +19,17 @@ _MALFORMED = re.compile(r"Malformed records are detected in record parsing")
 _PYTHON_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Invalid)): (.+)$", re.MULTILINE)
 
 
-def translate(error: Exception, operator: str | None = None) -> PipelineError:
+def translate(error: Exception, operator: str | None = None, markers: tuple[str, ...] = ()) -> PipelineError:
+    """``markers``: texts the caller resolves itself; the error then starts with the line at
+    the first of them found (anywhere in the JVM trace, causes included)."""
     text = str(error)
     marker = text.find(WORKER_ERROR_MARKER)
     if marker >= 0:
         line = text[marker + len(WORKER_ERROR_MARKER) :].splitlines()[0]
         return PipelineError(line.strip())
+    for found in (text.find(marker) for marker in markers):
+        if found >= 0:
+            return PipelineError(text[found:].splitlines()[0])
     where = f"{operator}: " if operator else ""
     read = _READ_FAILURE.search(text)
     if read:
@@ -50,11 +55,11 @@ def first_line(text: str) -> str:
     return text.strip()
 
 
-def guarded(action: Callable[[], T], where: str) -> T:
+def guarded(action: Callable[[], T], where: str, markers: tuple[str, ...] = ()) -> T:
     """Run a Spark action; turn its failure into one clear keyflow error naming ``where``."""
     try:
         return action()
     except KeyflowError:
         raise
     except Exception as error:
-        raise translate(error, where) from None
+        raise translate(error, where, markers) from None

@@ -34,6 +34,7 @@ class RunResult:
     sinks: list[SinkResult] = field(default_factory=list)
     seconds: float = 0.0
     stages: list[StageReport] = field(default_factory=list)  # keyed stages sized by auto-parallelism
+    parallelism: dict[int, int] = field(default_factory=dict)  # what each operator ran at, by id
 
 
 def auto_parallelism(plan: CompiledPlan, task_slots: int) -> tuple[AutoParallelism | None, int | None]:
@@ -44,7 +45,16 @@ def auto_parallelism(plan: CompiledPlan, task_slots: int) -> tuple[AutoParalleli
     config = plan.config
     if not config[AUTO_PARALLELISM + "enabled"]:
         return None, None
-    upper = config[AUTO_PARALLELISM + "max-parallelism"] or config["parallelism.default"] or task_slots
+    upper, bound = config[AUTO_PARALLELISM + "max-parallelism"], "set"
+    if upper is None:
+        configured = config["parallelism.default"]
+        upper, bound = (configured, "parallelism.default") if configured else (task_slots, "Spark's task slots")
+    if bound != "set" and config[AUTO_PARALLELISM + "min-parallelism"] > upper and plan.auto_sized():
+        raise ConfigError(
+            f"{AUTO_PARALLELISM}min-parallelism={config[AUTO_PARALLELISM + 'min-parallelism']} is above the upper "
+            f"bound {upper} ({bound}, as {AUTO_PARALLELISM}max-parallelism is not set); lower min-parallelism or set "
+            "max-parallelism"
+        )
     try:
         options = AutoParallelism(
             config[AUTO_PARALLELISM + "min-parallelism"],
@@ -75,7 +85,7 @@ def run_batch(plan: CompiledPlan) -> RunResult:
             result.sinks.append(SinkResult(sink.name, sink_target(sink.sink), rows, time.perf_counter() - clock))
     finally:
         builder.release()
-    result.stages = builder.stages
+    result.stages, result.parallelism = builder.stages, dict(builder.parallelism)
     result.seconds = time.perf_counter() - started
     return result
 

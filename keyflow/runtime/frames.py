@@ -11,15 +11,16 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import pyarrow as pa
+from pyspark import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 
-from keyflow.errors import KeyflowError, PipelineError, PlanError
+from keyflow.errors import PipelineError, PlanError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
 from keyflow.runtime.adaptive_exchange import StageReport, adaptive_keyed_exchange
-from keyflow.runtime.errors import translate
+from keyflow.runtime.errors import guarded
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition, rebalance
 from keyflow.runtime.operators import (
     NULL_KEY_MARKER,
@@ -34,6 +35,7 @@ from keyflow.scheduler.batch_parallelism import AutoParallelism
 from keyflow.state.durable import CheckpointedState
 
 T = TypeVar("T")
+MAX_SIDE_INPUT_BYTES = 1 << 30  # a broadcast side input is collected on the driver and sent to every task
 
 
 class FrameBuilder:
@@ -58,6 +60,8 @@ class FrameBuilder:
         self._auto, self._source_parallelism = auto_parallelism, source_parallelism
         self.stages: list[StageReport] = []
         self._ranges: dict[int, KeyGroupRanges] = {}  # decided key groups of keyed operators, by node id
+        self._decided: dict[int, int] = {}  # parallelism decided at run time, by node id
+        self.parallelism: dict[int, int] = {}  # what each built operator runs at, by node id
         self._consumers: dict[int, int] = {}
         for node in plan.nodes.values():
             for input_id in node.inputs:
@@ -66,11 +70,13 @@ class FrameBuilder:
         self._keyed_inputs: dict[int, DataFrame] = {}  # for null-key counts and key types
         self._dead_letters: list[tuple[nodes.KeyedNode, DataFrame]] = []
         self._persisted: list[DataFrame] = []
+        self._broadcasts: list[Broadcast[pa.Table]] = []
 
     def frame(self, node_id: int) -> DataFrame:
         if node_id in self._frames:
             return self._frames[node_id]
         node, operator = self.plan.nodes[node_id], self.plan.operator(node_id)
+        parallelism = operator.parallelism
         if node_id in self._sources:
             frame = self._sources[node_id]
         elif isinstance(node, nodes.SourceNode):
@@ -80,6 +86,15 @@ class FrameBuilder:
         else:
             upstream = self.frame(node.inputs[0])
             partitioner = operator.input_partitioner
+            if partitioner == Partitioner.FORWARD.value and not getattr(node, "reinterpreted", False):
+                # The plan saw equal parallelisms; one decided at run time may differ. An
+                # operator with its own parallelism keeps it, the others follow their input.
+                if node.parallelism is None:
+                    parallelism = self.parallelism[node.inputs[0]]
+                elif node.parallelism != self.parallelism[node.inputs[0]]:
+                    partitioner = Partitioner.REBALANCE.value
+            elif partitioner == Partitioner.FORWARD.value:
+                parallelism = self.parallelism[node.inputs[0]]
             if partitioner == Partitioner.REBALANCE.value:
                 upstream = rebalance(upstream, operator.parallelism)
             if not (isinstance(node, (nodes.FilterNode, nodes.WithColumnsNode)) or self.plan.reads_pre_keyed(node)):
@@ -103,6 +118,7 @@ class FrameBuilder:
             frame = frame.persist()
             self._persisted.append(frame)
         self._frames[node_id] = frame
+        self.parallelism[node_id] = self._decided.get(node_id, parallelism)
         return frame
 
     def _keyed(self, node: nodes.Node, upstream: DataFrame) -> DataFrame:
@@ -125,10 +141,13 @@ class FrameBuilder:
         )
         if ranges is not None:
             self._ranges[node.id] = ranges
-        side = self._side_input(node)
-        broadcast_bytes = 0 if side is None else side.nbytes
+        table = self._side_input(node)
+        side = None if table is None else self.spark.sparkContext.broadcast(table)
+        if side is not None:
+            self._broadcasts.append(side)
+        broadcast_bytes = 0 if table is None else table.nbytes
         adaptive = None
-        if self._auto and node.parallelism is None and not node.reinterpreted:
+        if self._auto and node in self.plan.auto_sized():
             adaptive = self._adaptive(node, broadcast_bytes)
         return apply_keyed(node, upstream, operator, self.plan.max_parallelism, policy, state, verify, pre_keyed,
                            report, adaptive, ranges, side)  # fmt: skip
@@ -139,6 +158,12 @@ class FrameBuilder:
             return None
         frame = self.frame(node.inputs[1]).drop(KEY_GROUP_COLUMN)
         table: pa.Table = self.guarded(frame.toArrow, self.plan.nodes[node.inputs[1]])
+        if table.nbytes > MAX_SIDE_INPUT_BYTES:
+            raise PlanError(
+                f"the side input of {node.name!r} holds {table.nbytes:,} bytes in memory, above "
+                f"{MAX_SIDE_INPUT_BYTES:,}: every subtask receives it whole. Filter or aggregate it first, or join "
+                "it to the keyed stream before key_by"
+            )
         return table
 
     def _adaptive(self, node: nodes.KeyedNode, broadcast_bytes: int) -> AdaptiveExchange:
@@ -156,6 +181,7 @@ class FrameBuilder:
             )  # fmt: skip
             self.stages.append(report)
             self._ranges[node.id] = report.key_groups
+            self._decided[node.id] = report.decision.parallelism
             return exchanged, report.key_groups
 
         return exchange
@@ -174,14 +200,11 @@ class FrameBuilder:
     def guarded(self, action: Callable[[], T], node: nodes.Node) -> T:
         """Run a Spark action for ``node``; its failure becomes one clear keyflow error."""
         try:
-            return action()
-        except KeyflowError:
-            raise
-        except Exception as error:  # the whole JVM trace: the marker may sit in a cause
-            text = str(error)
-            if NULL_KEY_MARKER not in text:
-                raise translate(error, f"while running {node.name!r}") from None
-            node_id = int(text.split(NULL_KEY_MARKER, 1)[1].split()[0].strip("'\"."))
+            return guarded(action, f"while running {node.name!r}", (NULL_KEY_MARKER,))
+        except PipelineError as error:
+            if not str(error).startswith(NULL_KEY_MARKER):
+                raise
+            node_id = int(str(error).split(NULL_KEY_MARKER, 1)[1].split()[0].strip("'\"."))
             raise self._null_key_error(node_id) from None
 
     def _null_key_error(self, node_id: int) -> PipelineError:
@@ -198,6 +221,8 @@ class FrameBuilder:
     def release(self) -> None:
         for frame in self._persisted:
             frame.unpersist()
+        for side in self._broadcasts:
+            side.destroy()
 
 
 def session_for(plan: CompiledPlan) -> SparkSession:

@@ -20,13 +20,35 @@ class ShuffleMeter:
         """Shuffle bytes written by the stages started since the meter was made."""
         return sum(written for stage, written in _stages(self.spark).items() if stage not in self._before)
 
+    def busiest_reader(self) -> list[tuple[int, float]]:
+        """Of the stages started since, the one that read the most shuffle bytes (a keyed
+        stage): each task's shuffle bytes read and run time in seconds, by partition."""
+        context = self.spark.sparkContext
+        new = [stage for stage in _stages(self.spark, read=True).items() if stage[0] not in self._before]
+        if not new:
+            return []
+        (stage, attempt), _ = max(new, key=lambda item: item[1])
+        url = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/stages/{stage}/{attempt}/taskList"
+        with urlopen(f"{url}?length=100000", timeout=30) as reply:
+            tasks = json.load(reply)
+        loads = {}
+        for task in tasks:
+            if task.get("status") != "SUCCESS":
+                continue
+            metrics = task["taskMetrics"]
+            read = metrics["shuffleReadMetrics"]
+            loads[task["index"]] = (read["localBytesRead"] + read["remoteBytesRead"], metrics["executorRunTime"] / 1000)
+        return [loads[index] for index in sorted(loads)]
 
-def _stages(spark: SparkSession) -> dict[tuple[int, int], int]:
-    """(stage, attempt) → shuffle bytes written, once Spark's listeners have seen every event."""
+
+def _stages(spark: SparkSession, read: bool = False) -> dict[tuple[int, int], int]:
+    """(stage, attempt) → shuffle bytes written (``read``: read), once Spark's listeners have
+    seen every event."""
     context = spark.sparkContext
     if not context.uiWebUrl:
         raise RuntimeError("shuffle metrics need the Spark UI; do not set spark.ui.enabled=false")
     context._jsc.sc().listenerBus().waitUntilEmpty()  # the status store is updated by a listener
     with urlopen(f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/stages", timeout=30) as reply:
         stages = json.load(reply)
-    return {(int(s["stageId"]), int(s["attemptId"])): int(s.get("shuffleWriteBytes", 0)) for s in stages}
+    metric = "shuffleReadBytes" if read else "shuffleWriteBytes"
+    return {(int(s["stageId"]), int(s["attemptId"])): int(s.get(metric, 0)) for s in stages}

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
+from pyspark import Broadcast
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -83,7 +84,7 @@ def apply_keyed(
     report_keys: bool = False,
     adaptive: AdaptiveExchange | None = None,
     ranges: KeyGroupRanges | None = None,
-    side: pa.Table | None = None,
+    side: Broadcast[pa.Table] | None = None,
 ) -> DataFrame:
     """aggregate and process: exact exchange by key group, then the keyed operator.
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-from pyspark import TaskContext
+from pyspark import Broadcast, TaskContext
 
 from keyflow.errors import WORKER_ERROR_MARKER
 from keyflow.keygroups import KEY_GROUP_COLUMN, key_group_range
@@ -97,18 +97,18 @@ class ProcessRunner:
         verify: bool = True,
         report_keys: bool = False,
         ranges: tuple[tuple[int, int], ...] | None = None,
-        side: pa.Table | None = None,
+        side: Broadcast[pa.Table] | None = None,
     ) -> None:
         """``report_keys``: a pre-keyed source's operator reports the keys new to its state and
         those seen under another key group, for the driver's one-split-per-key check.
         ``ranges``: each subtask's key groups where a batch job decided them from the bytes
         (auto-parallelism), instead of the even ranges of ``parallelism``. ``side``: a broadcast
-        side input, passed whole to every call."""
+        side input (a Spark broadcast: shipped once per executor), passed whole to every call."""
         self.function, self.schema, self.keys, self.order_by, self.state = function, schema, keys, order_by, state
         self.max_parallelism, self.parallelism, self.operator = max_parallelism, parallelism, operator
         self.keyed_state, self.reinterpreted, self.verify = keyed_state, reinterpreted, verify
         self.report_keys, self.ranges = report_keys, ranges
-        self.arguments = () if side is None else (side,)
+        self.side = side
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
@@ -164,7 +164,8 @@ class ProcessRunner:
             if mixed.any():
                 self._report(keyed.keys.take(keyed.key_index[mixed]), key_groups[mixed], first_of_key[mixed])
         state = KeyedState(self._store, slots, self._kinds)
-        result = _call_user(self.function, self.operator, keyed, state, *self.arguments)
+        arguments = () if self.side is None else (self.side.value,)
+        result = _call_user(self.function, self.operator, keyed, state, *arguments)
         yield from conform(result, self.schema, self.operator).to_batches()
 
     def _outside_range(self, table: pa.Table, key_groups: npt.NDArray[np.int32], first: int, last: int) -> str:
