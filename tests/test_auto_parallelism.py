@@ -73,6 +73,13 @@ def test_results_equal_pandas_with_auto_parallelism(tmp_path: Path, zipf: float 
         min(4, math.ceil(stage.decision.input_bytes / 65536)) for stage in result.stages
     ]
     assert result.stages[1].decision.parallelism == 4  # the process reads every row: > 4 x 64 KiB
+    # Rows per subtask (Spark's task metrics) against the events whose key group, recomputed
+    # with keyflow's NumPy copy of Spark's hash, lies in the subtask's reported range.
+    groups = assign_to_key_groups(events["key"].to_numpy(), 27720, hash="spark")
+    process = result.stages[1]
+    assert process.subtask_rows == tuple(
+        int(((groups >= first) & (groups <= last)).sum()) for first, last in process.key_groups
+    )
     sums = pd.read_parquet(tmp_path / "sums").sort_values("key").reset_index(drop=True)
     want = events.groupby("key").agg(n=("amount", "size"), amount=("amount", "sum")).reset_index()
     pd.testing.assert_frame_equal(sums, want, check_dtype=False)

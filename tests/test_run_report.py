@@ -63,6 +63,8 @@ def test_run_report_shows_each_stage_its_parallelism_and_loads(tmp_path: Path, c
     assert set(stages) == {"per_user", "per_amount"}
     assert stages["per_user"]["parallelism"] == 2  # max: the 2 slots of local[2]
     assert stages["per_amount"]["parallelism"] == 1  # 8 keys: a few hundred bytes
+    assert [s["rows"] for s in stages["per_amount"]["subtasks"]] == [stages["per_amount"]["input_rows"]]
+    assert sum(s["rows"] for s in stages["per_user"]["subtasks"]) == stages["per_user"]["input_rows"]
 
     dom = browse(chromium, report, "--dump-dom")
     assert "Keyed stage \u201cper_user\u201d" in dom  # in quotation marks
@@ -72,6 +74,7 @@ def test_run_report_shows_each_stage_its_parallelism_and_loads(tmp_path: Path, c
         for subtask in stage["subtasks"]:
             assert f"{subtask['key_groups'][0]}\u2013{subtask['key_groups'][1]}" in dom  # an en dash
             assert f"{subtask['bytes']:,}" in dom
+            assert f'<td class="n">{subtask["rows"]:,}</td>' in dom
     assert dom.count("<svg") == 2  # one bar chart per stage
     assert "hash by user to vertex" in dom
 

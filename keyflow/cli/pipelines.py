@@ -127,11 +127,13 @@ def _write_report(
 
 def _stages_table(stages: list[dict[str, Any]]) -> Table:
     """Each keyed stage's decided parallelism and why, and what each subtask read."""
-    table = Table("keyed operator", "input", "parallelism", "subtasks: key groups, bytes", "max/mean",
+    table = Table("keyed operator", "input", "parallelism", "subtasks: key groups, bytes, rows", "max/mean",
                   title="auto-parallelism (execution.batch.adaptive.auto-parallelism.*)")  # fmt: skip
     for stage in stages:
         subtasks = "\n".join(
-            f"{s['subtask']}: {s['key_groups'][0]}-{s['key_groups'][1]}, {_size(s['bytes'])}" for s in stage["subtasks"]
+            f"{s['subtask']}: {s['key_groups'][0]}-{s['key_groups'][1]}, {_size(s['bytes'])}"
+            + ("" if s["rows"] is None else f", {s['rows']:,} rows")
+            for s in stage["subtasks"]
         )
         why = (
             stage["reason"]

@@ -83,7 +83,7 @@ def _vertex(vertex: dict[str, Any], decided: dict[int, dict[str, Any]], ran: dic
 def _stage(stage: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><td class='n'>{s['subtask']}</td><td class='n'>{s['key_groups'][0]}&ndash;{s['key_groups'][1]}</td>"
-        f"<td class='n'>{s['bytes']:,}</td></tr>"
+        f"<td class='n'>{s['bytes']:,}</td><td class='n'>{_count(s['rows'])}</td></tr>"
         for s in stage["subtasks"]
     )
     oversized = "".join(
@@ -97,9 +97,13 @@ def _stage(stage: dict[str, Any]) -> str:
         f"{stage['broadcast_bytes']:,} bytes; decided parallelism <b>{stage['parallelism']}</b> "
         f"({escape(stage['reason'])}; the formula gave {stage['formula_parallelism']}); max/mean load "
         f"<b>{stage['max_to_mean']:.2f}</b></p>{oversized}"
-        f"<table><tr><th>subtask</th><th>key groups</th><th>bytes</th></tr>{rows}</table>"
+        f"<table><tr><th>subtask</th><th>key groups</th><th>bytes</th><th>rows</th></tr>{rows}</table>"
         f"{_bars(stage)}"
     )
+
+
+def _count(rows: int | None) -> str:
+    return "" if rows is None else f"{rows:,}"
 
 
 def _bars(stage: dict[str, Any]) -> str:

@@ -42,6 +42,8 @@ class StageReport:
     max_parallelism: int
     subpartitions: int
     key_groups: tuple[tuple[int, int], ...]  # each subtask's inclusive key-group range
+    rdd_id: int | None = None  # the ranged read, whose tasks' metrics give rows per subtask
+    subtask_rows: tuple[int, ...] | None = None  # rows each subtask read (after the run)
 
     def to_dict(self) -> dict[str, Any]:
         d = self.decision
@@ -55,8 +57,10 @@ class StageReport:
             "reason": d.reason,
             "formula_parallelism": d.formula_parallelism,
             "subtasks": [
-                {"subtask": i, "key_groups": list(groups), "bytes": load}
-                for i, (groups, load) in enumerate(zip(self.key_groups, d.loads, strict=True))
+                {"subtask": i, "key_groups": list(groups), "bytes": load, "rows": rows}
+                for i, (groups, load, rows) in enumerate(
+                    zip(self.key_groups, d.loads, self.subtask_rows or [None] * len(d.loads), strict=True)
+                )
             ],
             "max_to_mean": round(d.max_to_mean, 4),
             "oversized_subpartitions": [
@@ -119,9 +123,11 @@ def adaptive_keyed_exchange(
         specs[index] = jvm.org.apache.spark.sql.execution.CoalescedPartitionSpec(
             first, last + 1, jvm.scala.Option.empty()
         )
-    ranged = spark._jsparkSession.internalCreateDataFrame(exchange.getShuffleRDD(specs), exchange.schema(), False)
+    shuffle_rdd = exchange.getShuffleRDD(specs)
+    ranged = spark._jsparkSession.internalCreateDataFrame(shuffle_rdd, exchange.schema(), False)
     key_groups = tuple(_key_groups(first, last, count, max_parallelism) for first, last in decision.ranges)
-    return DataFrame(ranged, spark), StageReport(*operator, decision, rows, max_parallelism, count, key_groups)
+    report = StageReport(*operator, decision, rows, max_parallelism, count, key_groups, shuffle_rdd.id())
+    return DataFrame(ranged, spark), report
 
 
 def _shuffle_exchange(shuffled: DataFrame) -> Any:

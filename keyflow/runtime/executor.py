@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
+from pyspark.sql import SparkSession
 
 from keyflow.config import AUTO_PARALLELISM, ConfigError
 from keyflow.errors import KeyflowError
@@ -14,6 +15,7 @@ from keyflow.plan.graph import JobGraph
 from keyflow.plan.nodes import sink_target
 from keyflow.runtime.adaptive_exchange import StageReport
 from keyflow.runtime.frames import FrameBuilder, session_for
+from keyflow.runtime.metrics import rows_read_by_partition
 from keyflow.runtime.progress import progress_enabled, spark_progress
 from keyflow.scheduler.batch_parallelism import AutoParallelism
 
@@ -85,9 +87,21 @@ def run_batch(plan: CompiledPlan) -> RunResult:
             result.sinks.append(SinkResult(sink.name, sink_target(sink.sink), rows, time.perf_counter() - clock))
     finally:
         builder.release()
-    result.stages, result.parallelism = builder.stages, dict(builder.parallelism)
+    result.stages = [_with_rows(spark, stage) for stage in builder.stages]
+    result.parallelism = dict(builder.parallelism)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _with_rows(spark: SparkSession, stage: StageReport) -> StageReport:
+    """The stage with the rows each subtask read, from Spark's task metrics (Spark's map
+    statistics, which decided, count bytes only)."""
+    if stage.rdd_id is None or spark.sparkContext.uiWebUrl is None:
+        return stage
+    rows = rows_read_by_partition(spark, stage.rdd_id)
+    if rows is None or len(rows) != stage.decision.parallelism:
+        return stage
+    return replace(stage, subtask_rows=tuple(rows))
 
 
 def collect(plan: CompiledPlan) -> pa.Table:

@@ -52,3 +52,23 @@ def _stages(spark: SparkSession, read: bool = False) -> dict[tuple[int, int], in
         stages = json.load(reply)
     metric = "shuffleReadBytes" if read else "shuffleWriteBytes"
     return {(int(s["stageId"]), int(s["attemptId"])): int(s.get(metric, 0)) for s in stages}
+
+
+def rows_read_by_partition(spark: SparkSession, rdd_id: int) -> list[int] | None:
+    """Rows each partition of the stage that ran RDD ``rdd_id`` read from its shuffle (the
+    first successful attempt of each task), or None if no finished stage ran it."""
+    context = spark.sparkContext
+    context._jsc.sc().listenerBus().waitUntilEmpty()
+    base = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/stages"
+    with urlopen(base, timeout=30) as reply:
+        stages = [s for s in json.load(reply) if rdd_id in s.get("rddIds", []) and s["status"] == "COMPLETE"]
+    if not stages:
+        return None
+    stage = min(stages, key=lambda s: (s["stageId"], s["attemptId"]))
+    with urlopen(f"{base}/{stage['stageId']}/{stage['attemptId']}/taskList?length=100000", timeout=30) as reply:
+        tasks = json.load(reply)
+    rows: dict[int, int] = {}
+    for task in tasks:
+        if task.get("status") == "SUCCESS":
+            rows.setdefault(task["index"], task["taskMetrics"]["shuffleReadMetrics"]["recordsRead"])
+    return [rows.get(index, 0) for index in range(stage["numTasks"])]
