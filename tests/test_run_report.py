@@ -91,6 +91,7 @@ def test_plan_report_without_a_run(tmp_path: Path, chromium: str) -> None:
     result = subprocess.run([str(KEYFLOW), "plan", str(file), "--report", str(report)], capture_output=True,
                             text=True, timeout=300, check=False, cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert "auto-parallelism: 'per_user', 'per_amount' sized from input bytes at run time" in result.stdout
     dom = browse(chromium, report, "--dump-dom")
     assert "aggregate <b>per_user</b>" in dom
     assert "No keyed stage was sized from its input" in dom

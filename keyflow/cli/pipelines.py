@@ -46,8 +46,11 @@ def plan(
 ) -> None:
     """Print the job plan of a pipeline file without running it."""
     with user_errors():
-        job = load_pipeline(file, overrides(conf, config, parallelism)).plan()
+        pipeline = load_pipeline(file, overrides(conf, config, parallelism))
+        job = pipeline.plan()
     typer.echo(job.to_json() if as_json else job.render())
+    if not as_json:
+        _auto_sized_line(pipeline)
     if report is not None:
         _write_report(report, job.to_dict(), [], f"{job.name}: plan")
 
@@ -88,6 +91,8 @@ def execute(
             typer.echo(job.render())
             if pipeline.config["jobmanager.scheduler"] == "adaptive":
                 typer.echo("parallelism: chosen at start by the adaptive scheduler from the executor cores")
+            if checkpoint is None:
+                _auto_sized_line(pipeline)
         if checkpoint is not None or pipeline.is_streaming():
             on_batch = None if as_json else _print_batch
             result = pipeline.run(checkpoint=checkpoint, available_now=available_now, on_batch=on_batch)
@@ -115,6 +120,18 @@ def execute(
         rows = "-" if sink.rows is None else f"{sink.rows:,}"
         table.add_row(sink.target, rows, f"{sink.seconds:.1f}")
     console.print(table)
+
+
+def _auto_sized_line(pipeline: Pipeline) -> None:
+    """Say which keyed operators a batch run sizes from their input (auto-parallelism)."""
+    if pipeline.is_streaming() or not pipeline.config["execution.batch.adaptive.auto-parallelism.enabled"]:
+        return
+    names = [node.name for node in pipeline.compile().auto_sized()]
+    if names:
+        typer.echo(
+            f"auto-parallelism: {', '.join(map(repr, names))} sized from input bytes at run time "
+            "(execution.batch.adaptive.auto-parallelism.*)"
+        )
 
 
 def _write_report(
