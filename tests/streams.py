@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from keyflow import KeyedBatch, KeyedState, Log, ValueState
+from keyflow import KeyedBatch, KeyedState, Log, Pipeline, ValueState, log, parquet
 from tests.pipelines import TEST_SPARK
 
 EVENTS = pa.schema([("user", pa.string()), ("amount", pa.int64()), ("seq", pa.int64())])
@@ -62,3 +62,28 @@ def read_output(path: Path) -> pd.DataFrame:
     if not files:
         return pd.DataFrame()
     return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+
+
+def totals_and_counts(base: Path | str, parallelism: int = 2) -> Pipeline:
+    """Two kinds of state on one log: per-event running totals (``process``) into
+    ``base/totals`` and a per-user count and sum (``aggregate``) into ``base/counts``; full
+    and delta state files both exist after a few micro-batches."""
+    pipeline = Pipeline(config=config(parallelism, **{"state.compaction.max-deltas": 2}))
+    events = pipeline.source(log(f"{base}/log", rows_per_batch=500))
+    by_user = events.key_by("user")
+    by_user.process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq").sink(parquet(f"{base}/totals"))
+    by_user.aggregate(events="count(*)", amount="sum(amount)").sink(parquet(f"{base}/counts"))
+    return pipeline
+
+
+def latest_counts(path: Path) -> pd.DataFrame:
+    """An aggregate's current result from its committed output: each user's newest row
+    (files are named by micro-batch, so later files hold newer rows)."""
+    files = sorted(p for p in path.glob("part-*") if p.is_file())
+    rows = pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+    return rows.drop_duplicates("user", keep="last").sort_values("user").reset_index(drop=True)
+
+
+def expected_counts(all_events: pd.DataFrame) -> pd.DataFrame:
+    grouped = all_events.groupby("user").agg(events=("amount", "size"), amount=("amount", "sum"))
+    return grouped.reset_index().sort_values("user").reset_index(drop=True)

@@ -25,6 +25,7 @@ from keyflow.keygroups import key_group_range, split_key_groups
 from keyflow.runtime.metrics import ShuffleMeter
 from keyflow.runtime.session import spark_session
 from keyflow.state.checkpoint import Checkpoint
+from keyflow.state.seal import checksum
 from tests.streams import EVENTS, TOTAL_SCHEMA, TOTAL_STATE, config, events, expected_totals, read_output, running_total
 
 
@@ -332,8 +333,10 @@ def test_the_split_index_holds_every_key_once_in_few_files(tmp_path: Path) -> No
     split_of, mapping = _split_of_users(tmp_path / "log"), manifest.pre_keyed["splits"]
     for uid, files in manifest.pre_keyed["index"].items():
         assert len(files) < 8, uid
-        index = pd.concat(pd.read_parquet(checkpoint.path(path)) for path, _ in files)
-        assert sum(rows for _, rows in files) == len(index) == all_events["user"].nunique()
+        index = pd.concat(pd.read_parquet(checkpoint.path(path)) for path, *_ in files)
+        assert sum(rows for _, rows, *_ in files) == len(index) == all_events["user"].nunique()
+        for path, _, size, digest in files:  # recorded at commit, for the checks before a restore
+            assert (size, digest) == (len(data := Path(checkpoint.path(path)).read_bytes()), checksum(data))
         assert index["user"].is_unique
         assert (index["__keyflow_key_group"] == index["user"].map(split_of).map(mapping.__getitem__)).all()
 

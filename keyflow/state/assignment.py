@@ -29,6 +29,7 @@ class StateFile:
     rows: int
     keys_in_range: int
     bytes: int
+    checksum: str | None = None  # of the file's bytes (None: a format-1 checkpoint recorded none)
 
 
 def base_versions(files: Iterable[StateFile], max_parallelism: int) -> np.ndarray:

@@ -4,7 +4,7 @@ Layout under the checkpoint directory (any ``pyarrow.fs`` filesystem)::
 
     plan.json                      the plan of the first run: K, key hash, operators
     manifests/0000000007.json      one per committed version; written last, atomically
-    state/op-3/v-0000000007/delta-00000-13859.parquet
+    state/op-3/v-0000000007/delta-00000-13859.5c3a0f1e9b2d4e67.parquet
     events.jsonl                   rescales and restores
     scheduler.jsonl                the adaptive scheduler's slots and decisions (if it runs)
     source/                        Spark's own offsets for the streaming source
@@ -13,6 +13,8 @@ A state file holds the keys one subtask changed in one version (``delta``) or al
 of its key-group range (``full``, written by compaction), sorted by nothing in
 particular: rows carry their key group, and files are listed in the manifest with their
 key-group range, so any range can be restored from files written at any parallelism.
+A state file's name ends in the checksum of its bytes; manifests and plan.json carry their
+own (see ``keyflow.state.seal`` and ``keyflow.state.integrity``).
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.paths import absolute, exists, filesystem, lock_file, write_atomically
 from keyflow.state.assignment import StateFile, base_versions, files_to_read
 from keyflow.state.memory import KeyedStateStore
+from keyflow.state.seal import UnsealedError, checksum, seal, unseal
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: sealed manifests with checksums; 1 is still read (nothing to check)
 LOCK_FILE = ".keyflow.lock"
+SOURCE_DIR = "source"  # Spark's offsets and commits for the streaming source
 KEYS_METADATA = b"keyflow.keys_in_range"
 KEY_REPORT = "keys"  # a pre-keyed subtask's keys to check, next to its state file
 
@@ -51,28 +55,66 @@ class Manifest:
     operators: dict[str, list[StateFile]]
     sinks: list[dict[str, Any]] = field(default_factory=list)
     created: float = field(default_factory=time.time)
-    # A pre-keyed source: {"splits": [key group of each split], "index": {uid: [[index file, rows]]}}
+    # A pre-keyed source: {"splits": [key group of each split],
+    #                      "index": {uid: [[index file, rows, bytes, checksum]]}}
     pre_keyed: dict[str, Any] = field(default_factory=dict)
+    checkpoint_id: str = ""  # plan.json's: a manifest copied from another checkpoint is told apart
+    plan: dict[str, Any] = field(default_factory=dict)  # plan.json's content at commit, to restore a lost one
 
     def files(self) -> list[str]:
         """Every file of the checkpoint this version needs: state files and split indexes."""
-        state = [f.path for files in self.operators.values() for f in files]
-        return state + [path for files in self.pre_keyed.get("index", {}).values() for path, _ in files]
+        return list(self.needed())
+
+    def needed(self) -> dict[str, tuple[int | None, str | None]]:
+        """Every file this version needs, with its size and checksum (None: not recorded, as in
+        format 1)."""
+        needed: dict[str, tuple[int | None, str | None]] = {
+            f.path: (f.bytes, f.checksum) for files in self.operators.values() for f in files
+        }
+        for files in self.pre_keyed.get("index", {}).values():
+            for path, _, *recorded in files:
+                needed[path] = (recorded[0], recorded[1]) if recorded else (None, None)
+        return needed
 
     def to_json(self) -> str:
-        return json.dumps({"format_version": FORMAT_VERSION, **asdict(self)}, indent=1)
+        return seal({"format_version": FORMAT_VERSION, **asdict(self)})
 
     @staticmethod
-    def from_json(text: str, where: str) -> Manifest:
-        data = json.loads(text)
-        if data.pop("format_version", None) != FORMAT_VERSION:
-            raise CheckpointError(f"{where} has an unknown format; it was written by another keyflow version")
-        data["operators"] = {uid: [StateFile(**f) for f in files] for uid, files in data["operators"].items()}
-        return Manifest(**data)
+    def from_json(text: str, relative: str) -> Manifest:
+        """Raises DamagedFileError (torn, altered, of another version) or CheckpointError (format)."""
+        try:
+            data = unseal(text, sealed=False)
+            format_version = data.pop("format_version", None)
+            if format_version not in (1, FORMAT_VERSION):
+                raise CheckpointError(f"{relative} has an unknown format; it was written by another keyflow version")
+            if format_version == FORMAT_VERSION:
+                unseal(text)  # this format carries a checksum: its absence is damage
+            data["operators"] = {uid: [StateFile(**f) for f in files] for uid, files in data["operators"].items()}
+            manifest = Manifest(**data)
+        except UnsealedError as damage:
+            raise DamagedFileError(relative, damage.problem) from None
+        except (TypeError, KeyError, AttributeError, ValueError) as error:
+            raise DamagedFileError(relative, f"is not a keyflow manifest ({type(error).__name__}: {error})") from None
+        if relative != manifest_path(manifest.version):
+            raise DamagedFileError(relative, f"holds version {manifest.version}: it was copied or renamed")
+        return manifest
 
 
 class CheckpointError(KeyflowError):
     """A checkpoint that cannot be used as it is (the runtime adds the fix)."""
+
+
+class DamagedFileError(CheckpointError):
+    """A checkpoint file that is not what was committed: ``file`` (relative to the checkpoint)
+    ``problem`` (e.g. "is missing")."""
+
+    def __init__(self, file: str, problem: str) -> None:
+        super().__init__(f"checkpoint file {file} {problem}")
+        self.file, self.problem = file, problem
+
+
+def manifest_path(version: int) -> str:
+    return f"manifests/{version:010d}.json"
 
 
 class Checkpoint:
@@ -136,36 +178,50 @@ class Checkpoint:
         return sorted(int(name[:-5]) for name in names if name.endswith(".json") and name[:-5].isdigit())
 
     def manifest(self, version: int) -> Manifest:
-        relative = f"manifests/{version:010d}.json"
-        return Manifest.from_json(self.read_text(relative), self.path(relative))
+        relative = manifest_path(version)
+        try:
+            text = self.read_text(relative)
+        except FileNotFoundError:
+            raise DamagedFileError(relative, "is missing") from None
+        except UnicodeDecodeError:
+            raise DamagedFileError(relative, "was altered: it is not text") from None
+        return Manifest.from_json(text, relative)
 
     def latest(self) -> Manifest | None:
         versions = self.versions()
         return self.manifest(versions[-1]) if versions else None
 
     def commit(self, manifest: Manifest) -> None:
-        self.write_atomically(f"manifests/{manifest.version:010d}.json", manifest.to_json().encode())
+        self.write_atomically(manifest_path(manifest.version), manifest.to_json().encode())
 
     # -- state files -------------------------------------------------------------------------
     def version_dir(self, uid: str, version: int) -> str:
         return f"state/{operator_dir(uid)}/v-{version:010d}"
 
     def written_files(self, uid: str, version: int) -> list[StateFile]:
-        """The state files subtasks wrote for ``version`` (read from their footers)."""
+        """The state files subtasks wrote for ``version`` (read from their footers). Where two
+        attempts of one subtask both finished (a retried task), the newer file is the one kept."""
         relative = self.version_dir(uid, version)
         selector = fs.FileSelector(self.path(relative), allow_not_found=True)
-        found = []
-        for info in self.fs.get_file_info(selector):
-            if not info.base_name.endswith(".parquet") or not info.base_name.startswith(("delta-", "full-")):
+        newest: dict[tuple[str, str, str], tuple[fs.FileInfo, str]] = {}
+        for info in sorted(self.fs.get_file_info(selector), key=lambda info: info.mtime_ns or 0):
+            name = STATE_FILE_NAME.fullmatch(info.base_name)
+            if name is None:
                 continue  # also kept here: a pre-keyed operator's key reports and split index
-            kind, first, last = info.base_name[: -len(".parquet")].split("-")
+            subtask = (name.group(1), name.group(2), name.group(3))
+            replaced = newest.pop(subtask, None)
+            if replaced is not None:
+                self.fs.delete_file(replaced[0].path)
+            newest[subtask] = (info, name.group(4))
+        found = []
+        for (kind, first, last), (info, digest) in newest.items():
             with self.fs.open_input_file(info.path) as handle:
                 metadata = pq.read_metadata(handle)
             keys = int((metadata.metadata or {}).get(KEYS_METADATA, b"0"))
             found.append(
                 StateFile(
                     f"{relative}/{info.base_name}", kind, version, int(first), int(last),
-                    metadata.num_rows, keys, info.size or 0,
+                    metadata.num_rows, keys, info.size or 0, digest,
                 )
             )  # fmt: skip
         return sorted(found, key=lambda f: f.first)
@@ -178,32 +234,6 @@ class Checkpoint:
                 if version is None or written > version:
                     self.fs.delete_dir(version_dir.path)
 
-    def retain(self, count: int) -> list[int]:
-        """Keep the newest ``count`` versions; delete older manifests and files none of them uses."""
-        versions = self.versions()
-        dropped, kept = versions[:-count], versions[-count:]
-        if not dropped:
-            return []
-        used = {path for version in kept for path in self.manifest(version).files()}
-        for version in dropped:
-            self.fs.delete_file(self.path(f"manifests/{version:010d}.json"))
-        oldest_kept = kept[0]
-        selector = fs.FileSelector(self.path("state"), recursive=True, allow_not_found=True)
-        remaining: dict[str, int] = {}  # version directory -> files it keeps
-        for info in self.fs.get_file_info(selector):
-            if info.type != fs.FileType.File:
-                continue
-            directory, relative = info.path.rsplit("/", 1)[0], info.path[len(self.root) + 1 :]
-            if relative not in used and _version_of(relative) < oldest_kept:
-                self.fs.delete_file(info.path)
-                remaining.setdefault(directory, 0)
-            else:
-                remaining[directory] = remaining.get(directory, 0) + 1
-        for directory, files in remaining.items():
-            if not files:
-                self.fs.delete_dir(directory)
-        return dropped
-
 
 def operator_dir(uid: str) -> str:
     """The directory of an operator's state: ``op-<uid>``, where a uid with characters that
@@ -213,13 +243,17 @@ def operator_dir(uid: str) -> str:
     return f"op-{safe}" if safe == uid else f"op-{safe}-{hashlib.sha1(uid.encode()).hexdigest()[:8]}"
 
 
-def _version_of(relative: str) -> int:
+def version_of(relative: str) -> int:
+    """The version a file under ``state/`` was written for."""
     part = next(p for p in relative.split("/") if p.startswith("v-"))
     return int(part.removeprefix("v-"))
 
 
-def state_file_name(kind: str, first: int, last: int) -> str:
-    return f"{kind}-{first:05d}-{last:05d}.parquet"
+STATE_FILE_NAME = re.compile(r"(delta|full)-(\d+)-(\d+)\.([0-9a-f]{16})\.parquet")
+
+
+def state_file_name(kind: str, first: int, last: int, digest: str) -> str:
+    return f"{kind}-{first:05d}-{last:05d}.{digest}.parquet"
 
 
 def write_state_file(
@@ -229,8 +263,9 @@ def write_state_file(
     table = table.replace_schema_metadata({KEYS_METADATA: str(keys).encode()})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="lz4", row_group_size=256 * 1024)
-    name = state_file_name(kind, first, last)
-    checkpoint.write_atomically(f"{checkpoint.version_dir(uid, version)}/{name}", sink.getvalue().to_pybytes())
+    data = sink.getvalue().to_pybytes()
+    name = state_file_name(kind, first, last, checksum(data))
+    checkpoint.write_atomically(f"{checkpoint.version_dir(uid, version)}/{name}", data)
 
 
 def write_key_report(checkpoint: Checkpoint, uid: str, version: int, first: int, last: int, keys: pa.Table) -> None:
@@ -248,15 +283,35 @@ def read_key_reports(checkpoint: Checkpoint, uid: str, version: int) -> list[pa.
     return tables
 
 
-def write_table(checkpoint: Checkpoint, relative: str, table: pa.Table) -> None:
+def truncated(found: int, recorded: int) -> str:
+    return f"is truncated or overwritten: {found} bytes, the manifest recorded {recorded}"
+
+
+def write_table(checkpoint: Checkpoint, relative: str, table: pa.Table) -> tuple[int, str]:
+    """Write ``table`` as Parquet; its size and checksum, for the manifest."""
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="lz4")
-    checkpoint.write_atomically(relative, sink.getvalue().to_pybytes())
+    data = sink.getvalue().to_pybytes()
+    checkpoint.write_atomically(relative, data)
+    return len(data), checksum(data)
 
 
-def read_table(checkpoint: Checkpoint, relative: str) -> pa.Table:
-    with checkpoint.fs.open_input_file(checkpoint.path(relative)) as handle:
-        return pq.read_table(handle)
+def read_table(checkpoint: Checkpoint, relative: str, size: int | None = None, digest: str | None = None) -> pa.Table:
+    """Read a Parquet file of the checkpoint, checking the size and checksum the manifest
+    recorded for it (DamagedFileError naming the file if they differ or it is missing)."""
+    try:
+        with checkpoint.fs.open_input_file(checkpoint.path(relative)) as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise DamagedFileError(relative, "is missing") from None
+    if size is not None and len(data) != size:
+        raise DamagedFileError(relative, truncated(len(data), size))
+    if digest is not None and checksum(data) != digest:
+        raise DamagedFileError(relative, "was altered: its content does not match the checksum recorded when written")
+    try:
+        return pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowInvalid, OSError) as error:
+        raise DamagedFileError(relative, f"is not readable Parquet ({error})") from None
 
 
 def restore(
@@ -284,8 +339,7 @@ def restore(
 
 
 def _read_range(checkpoint: Checkpoint, f: StateFile, first: int, last: int) -> pa.Table:
-    with checkpoint.fs.open_input_file(checkpoint.path(f.path)) as handle:
-        table = pq.read_table(handle)
+    table = read_table(checkpoint, f.path, f.bytes, f.checksum)
     if first <= f.first and f.last <= last:
         return table
     key_groups = table.column(KEY_GROUP_COLUMN)

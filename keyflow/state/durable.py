@@ -18,7 +18,7 @@ import pyarrow as pa
 from keyflow.errors import WORKER_ERROR_MARKER
 from keyflow.plan.descriptors import StateDescriptor
 from keyflow.state.assignment import StateFile, can_catch_up
-from keyflow.state.checkpoint import Checkpoint, restore, write_key_report, write_state_file
+from keyflow.state.checkpoint import Checkpoint, DamagedFileError, restore, write_key_report, write_state_file
 from keyflow.state.memory import KeyedStateStore
 from keyflow.state.plan_file import PLAN_FILE
 
@@ -51,6 +51,12 @@ class CheckpointedState:
     max_parallelism: int
 
     def open(self, descriptors: dict[str, StateDescriptor], subtask: int, first: int, last: int) -> KeyedStateStore:
+        try:
+            return self._restore(descriptors, first, last)
+        except DamagedFileError as error:  # the driver names the newest intact version and the fix
+            raise RuntimeError(f"{WORKER_ERROR_MARKER}{error}") from None
+
+    def _restore(self, descriptors: dict[str, StateDescriptor], first: int, last: int) -> KeyedStateStore:
         cached = _CACHE.take((self.checkpoint_id, self.uid), self.run_id, first, last)
         checkpoint = Checkpoint(self.checkpoint_uri)
         if not checkpoint.exists(PLAN_FILE):

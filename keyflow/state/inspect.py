@@ -7,7 +7,7 @@ from typing import Any
 
 from keyflow.errors import PlanError
 from keyflow.scheduler.timeline import LOG_FILE
-from keyflow.state.checkpoint import Checkpoint, CheckpointError
+from keyflow.state.checkpoint import Checkpoint, CheckpointError, DamagedFileError
 from keyflow.state.plan_file import PLAN_FILE, read_plan_file
 
 
@@ -18,12 +18,13 @@ def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
         raise _not_a_checkpoint(checkpoint)
     plan = saved.graph
     operators = plan.keyed_operators()
-    manifests = []
+    manifests, damaged = [], []
     for version in checkpoint.versions():
         try:
             manifests.append(checkpoint.manifest(version))
-        except FileNotFoundError:
-            continue  # deleted by the running job's retention while we read
+        except DamagedFileError as damage:
+            if damage.problem != "is missing":  # else deleted by the running job's retention while we read
+                damaged.append(str(damage))
     latest = manifests[-1] if manifests else None
     state = []
     for uid, operator in operators.items():
@@ -49,6 +50,7 @@ def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
         "versions": [{"version": m.version, "parallelism": m.parallelism, "created": m.created} for m in manifests],
         "operators": state,
         "events": checkpoint.events(),
+        "damaged": damaged,
     }
 
 

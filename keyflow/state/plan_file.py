@@ -8,13 +8,13 @@ operators' key types (they decide the hash). Restores read it back, never re-der
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from keyflow.errors import KeyflowError
 from keyflow.plan.graph import JobGraph
-from keyflow.state.checkpoint import Checkpoint, CheckpointError
+from keyflow.state.checkpoint import Checkpoint, DamagedFileError
+from keyflow.state.seal import UnsealedError, seal, unseal
 
 PLAN_FILE = "plan.json"
 
@@ -29,18 +29,29 @@ class PlanFile:
     def with_facts(self, **facts: Any) -> PlanFile:
         return dataclasses.replace(self, **facts)
 
-    def to_json(self) -> str:
+    def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"checkpoint_id": self.checkpoint_id, "plan": self.graph.to_dict()}
         if self.source_schema is not None:
             data["source_schema"] = self.source_schema
         if self.key_types:
             data["key_types"] = self.key_types
-        return json.dumps(data, indent=1)
+        return data
+
+    def to_json(self) -> str:
+        return seal(self.to_dict())
 
     @staticmethod
-    def from_json(text: str, where: str) -> PlanFile:
+    def from_json(text: str) -> PlanFile:
+        """Raises DamagedFileError if ``text`` is torn, altered or not a plan file (one written
+        before plan files were sealed is read unchecked)."""
         try:
-            data = json.loads(text)
+            return PlanFile.from_dict(unseal(text, sealed=False))
+        except UnsealedError as damage:
+            raise DamagedFileError(PLAN_FILE, damage.problem) from None
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> PlanFile:
+        try:
             return PlanFile(
                 checkpoint_id=str(data["checkpoint_id"]),
                 graph=JobGraph.from_dict(data["plan"]),
@@ -50,9 +61,8 @@ class PlanFile:
         except KeyflowError:
             raise  # a plan of another format version says so itself
         except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise CheckpointError(
-                f"{where} is not a readable keyflow plan ({type(error).__name__}: {error}); it was damaged or "
-                "written by something else. Restore it from a copy, or start with a new checkpoint directory"
+            raise DamagedFileError(
+                PLAN_FILE, f"is not a keyflow plan ({type(error).__name__}: {error}): damaged, or not keyflow's"
             ) from None
 
 
@@ -60,7 +70,11 @@ def read_plan_file(checkpoint: Checkpoint) -> PlanFile | None:
     """The checkpoint's plan file, or None for a checkpoint no run has started yet."""
     if not checkpoint.exists(PLAN_FILE):
         return None
-    return PlanFile.from_json(checkpoint.read_text(PLAN_FILE), checkpoint.path(PLAN_FILE))
+    try:
+        text = checkpoint.read_text(PLAN_FILE)
+    except UnicodeDecodeError:
+        raise DamagedFileError(PLAN_FILE, "was altered: it is not text") from None
+    return PlanFile.from_json(text)
 
 
 def write_plan_file(checkpoint: Checkpoint, plan_file: PlanFile) -> None:

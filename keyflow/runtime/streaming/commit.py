@@ -34,6 +34,8 @@ from keyflow.runtime.streaming.results import BatchMetrics
 from keyflow.state.assignment import StateFile, compacting_subtasks, needed_files
 from keyflow.state.checkpoint import Checkpoint, Manifest
 from keyflow.state.durable import CheckpointedState
+from keyflow.state.integrity import retain
+from keyflow.state.plan_file import read_plan_file
 
 
 @dataclass(frozen=True)
@@ -88,14 +90,17 @@ def commit_micro_batch(
         pre_keyed, conflicts = {}, 0
         if stream.pre_keyed is not None:  # before the commit: a key in two splits commits nothing
             pre_keyed, conflicts = stream.pre_keyed.verify(batch, plan.config["pipeline.pre-keyed.verify"])
-        manifest = Manifest(batch, plan.parallelism, plan.max_parallelism, operators, staged, pre_keyed=pre_keyed)
+        manifest = Manifest(
+            batch, plan.parallelism, plan.max_parallelism, operators, staged, pre_keyed=pre_keyed,
+            checkpoint_id=stream.checkpoint_id, plan=plan_copy(checkpoint),
+        )  # fmt: skip
         checkpoint.commit(manifest)
         if event is not None:
             checkpoint.append_event({**event, "batch": batch})
         fault("after-commit", batch)
         publish(plan, manifest)
         fault("after-publish", batch)
-        checkpoint.retain(plan.config["state.checkpoints.num-retained"])
+        retain(checkpoint, plan.config["state.checkpoints.num-retained"])
     finally:
         builder.release()
     metrics = BatchMetrics(
@@ -103,6 +108,12 @@ def commit_micro_batch(
         sum(f.bytes for f in written), time.perf_counter() - started, conflicts,
     )  # fmt: skip
     return manifest, metrics
+
+
+def plan_copy(checkpoint: Checkpoint) -> dict[str, Any]:
+    """plan.json as it is now, for the manifest: a lost or damaged plan.json is restored from it."""
+    plan_file = read_plan_file(checkpoint)
+    return plan_file.to_dict() if plan_file else {}
 
 
 def keyed_state(stream: StreamState, batch: int) -> dict[str, CheckpointedState]:

@@ -17,7 +17,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
-from keyflow.errors import KeyflowError, PlanError, is_positive_int
+from keyflow.errors import KeyflowError, PipelineError, PlanError, is_positive_int
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.paths import unlock
 from keyflow.plan.compile import CompiledPlan
@@ -29,7 +29,9 @@ from keyflow.runtime.streaming.commit import StreamState, commit_micro_batch
 from keyflow.runtime.streaming.faults import fault
 from keyflow.runtime.streaming.prekeyed import PreKeyedSource
 from keyflow.runtime.streaming.results import BatchMetrics, StreamingResult
-from keyflow.state.checkpoint import Checkpoint, CheckpointError
+from keyflow.state.checkpoint import SOURCE_DIR, Checkpoint, CheckpointError, DamagedFileError
+from keyflow.state.integrity import damaged_while_reading, found_damaged
+from keyflow.state.rollback import forget_uncommitted
 
 
 class StreamingJob:
@@ -61,7 +63,10 @@ class StreamingJob:
         try:
             restored = restore.restore(plan, self.checkpoint)
             self._plan_file = restored.plan_file
-            self._pre_keyed = PreKeyedSource.of(restored.plan, self._source, self.checkpoint, restored.manifest)
+            try:
+                self._pre_keyed = PreKeyedSource.of(restored.plan, self._source, self.checkpoint, restored.manifest)
+            except DamagedFileError as damage:  # a split index whose content was altered
+                raise PlanError(damaged_while_reading(self.checkpoint, damage.file, damage.problem)) from None
             self._stream = StreamState(
                 restored.plan, self.checkpoint, self._plan_file.checkpoint_id, self.run_id, self._source.id,
                 restored.manifest, self._pre_keyed,
@@ -176,7 +181,7 @@ class StreamingJob:
         self._plan_file = restore.check_source_schema(
             self.checkpoint, self._plan_file, self._source, stream.drop(KEY_GROUP_COLUMN).schema.simpleString()
         )
-        source_dir = f"{self.checkpoint.uri.rstrip('/')}/{restore.SOURCE_DIR}"  # Spark's own offsets
+        source_dir = f"{self.checkpoint.uri.rstrip('/')}/{SOURCE_DIR}"  # Spark's own offsets
         writer = stream.writeStream.foreachBatch(self._run_batch).option("checkpointLocation", source_dir)
         if self.available_now:
             writer = writer.trigger(availableNow=True)
@@ -196,7 +201,16 @@ class StreamingJob:
         except BaseException as error:
             if not self._stopping and self._error is None:
                 self._error = error if isinstance(error, KeyflowError) else translate(error, f"in micro-batch {batch}")
+                self._explain_damage(self._error)
             raise
+
+    def _explain_damage(self, error: BaseException) -> None:
+        """A state file a worker found damaged: name the newest intact version and the way back,
+        and remove what this micro-batch wrote, so the checkpoint is as it was."""
+        damaged = found_damaged(str(error))
+        if damaged is not None:
+            forget_uncommitted(self.checkpoint, self._stream.committed)
+            self._error = PipelineError(damaged_while_reading(self.checkpoint, *damaged))
 
     def _batch(self, frame: DataFrame, batch: int) -> None:
         if batch <= self._stream.committed:

@@ -9,7 +9,7 @@ micro-batch commits, that no key is in two splits.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -27,6 +27,17 @@ LAYOUT_FILE = "source-layout.json"
 log = logging.getLogger("keyflow")
 
 
+@dataclass(frozen=True)
+class IndexFile:
+    """One file of a split index as the manifest lists it (size and checksum: None in
+    checkpoints written before they were recorded)."""
+
+    path: str
+    rows: int
+    bytes: int | None = None
+    checksum: str | None = None
+
+
 @dataclass
 class PreKeyedSource:
     source: SourceNode
@@ -34,7 +45,7 @@ class PreKeyedSource:
     checkpoint: Checkpoint
     operators: dict[str, KeyedNode]  # the keyed operators reading it, by uid
     mapping: list[int] = field(default_factory=list)
-    index_files: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # (path, rows), oldest first
+    index_files: dict[str, list[IndexFile]] = field(default_factory=dict)  # oldest first
     indexes: dict[str, SplitIndex] = field(default_factory=dict)
     complete: bool = True  # False once a micro-batch ran with verify=off: its new keys are not indexed
 
@@ -48,10 +59,10 @@ class PreKeyedSource:
             return None
         saved = manifest.pre_keyed if manifest else {}
         operators = {uid: node for uid, node in plan.keyed_nodes().items() if plan.reads_pre_keyed(node)}
-        files = {uid: [(path, rows) for path, rows in saved.get("index", {}).get(uid, [])] for uid in operators}
+        files = {uid: [IndexFile(*entry) for entry in saved.get("index", {}).get(uid, [])] for uid in operators}
         indexes = {}
         for uid, node in operators.items():
-            tables = [read_table(checkpoint, path) for path, _ in files[uid]]
+            tables = [read_table(checkpoint, f.path, f.bytes, f.checksum) for f in files[uid]]
             indexes[uid] = SplitIndex(node.keys, pa.concat_tables(tables) if tables else None)
         mapping, complete = list(saved.get("splits", [])), saved.get("complete", True)
         if not complete and plan.config["pipeline.pre-keyed.verify"] != "off":
@@ -104,7 +115,7 @@ class PreKeyedSource:
             if new.num_rows:
                 index.add(new)
                 self._persist(uid, batch)
-        index = {uid: [list(entry) for entry in files] for uid, files in self.index_files.items()}
+        index = {uid: [list(astuple(entry)) for entry in files] for uid, files in self.index_files.items()}
         return {"splits": list(self.mapping), "index": index, "complete": self.complete}, total
 
     def _persist(self, uid: str, batch: int) -> None:
@@ -113,13 +124,12 @@ class PreKeyedSource:
         table = self.indexes[uid].table
         assert table is not None
         files = self.index_files[uid]
-        rows = table.num_rows - sum(count for _, count in files)
-        while files and files[-1][1] <= 2 * rows:
-            rows += files.pop()[1]
+        rows = table.num_rows - sum(f.rows for f in files)
+        while files and files[-1].rows <= 2 * rows:
+            rows += files.pop().rows
         start = table.num_rows - rows
         path = f"{self.checkpoint.version_dir(uid, batch)}/split-index-{start:012d}.parquet"
-        write_table(self.checkpoint, path, table.slice(start, rows))
-        files.append((path, rows))
+        files.append(IndexFile(path, rows, *write_table(self.checkpoint, path, table.slice(start, rows))))
 
     def _message(self, node: KeyedNode, batch: int, count: int, examples: list[Any], outcome: str) -> str:
         shown = "; ".join(example.describe() for example in examples[:3])

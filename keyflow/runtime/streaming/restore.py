@@ -20,10 +20,9 @@ from keyflow.plan.nodes import SourceNode
 from keyflow.plan.restore import check_restorable
 from keyflow.plan.uids import ambiguous_keyed
 from keyflow.runtime.streaming.commit import publish
-from keyflow.state.checkpoint import LOCK_FILE, Checkpoint, CheckpointError, Manifest
+from keyflow.state.checkpoint import LOCK_FILE, SOURCE_DIR, Checkpoint, CheckpointError, Manifest
+from keyflow.state.integrity import check_before_restore
 from keyflow.state.plan_file import PlanFile, read_plan_file, write_plan_file
-
-SOURCE_DIR = "source"  # Spark's offsets and commits for the streaming source
 
 
 @dataclass(frozen=True)
@@ -63,6 +62,7 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
             ".uid('...') before running with a checkpoint"
         )
     try:
+        check_before_restore(checkpoint)  # nothing on disk changes before this passes
         saved = read_plan_file(checkpoint)
     except CheckpointError as error:
         raise PlanError(str(error)) from None

@@ -1,0 +1,246 @@
+"""Is a checkpoint what was committed? Checks that name the damaged file and the way back.
+
+Each manifest lists every file its version needs with the size and checksum recorded when
+the file was written, and carries a checksum of its own (``keyflow.state.seal``). Checks:
+
+- *cheap*, before every restore and by ``keyflow checkpoints DIR --verify``: plan.json and
+  the newest manifest are sealed and belong to this checkpoint; every file listed exists
+  with its size. One listing of ``state/``, no data read.
+- *deep*, by ``--verify --deep`` and before a rollback: content checksums too.
+- workers check the checksum of each state file they read (they read it anyway).
+
+Damage is reported with the newest retained version that is intact and the command that
+rolls back to it (``keyflow.state.rollback``); retention never deletes that version.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from pyarrow import fs
+
+from keyflow.state.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    DamagedFileError,
+    Manifest,
+    manifest_path,
+    truncated,
+    version_of,
+)
+from keyflow.state.plan_file import PLAN_FILE, PlanFile, read_plan_file
+from keyflow.state.seal import checksum
+
+
+class DamagedCheckpointError(CheckpointError):
+    """A damaged checkpoint; the message names the file, the damage and the fix."""
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    version: int
+    manifest: Manifest | None  # None: the manifest itself is damaged
+    damage: DamagedFileError | None  # the first damage found (None: intact)
+
+    @property
+    def intact(self) -> bool:
+        return self.damage is None
+
+
+@dataclass(frozen=True)
+class Verification:
+    """plan.json and the retained versions, newest first (as far as they were checked)."""
+
+    checkpoint: Checkpoint
+    plan_file: PlanFile | None
+    plan_damage: DamagedFileError | None
+    versions: list[VersionCheck]
+
+    @property
+    def newest_intact(self) -> int | None:
+        """The newest version a run can restore (with plan.json damaged: one holding its copy)."""
+        for check in self.versions:
+            if check.intact and (self.plan_damage is None or (check.manifest and check.manifest.plan)):
+                return check.version
+        return None
+
+    @property
+    def damage(self) -> tuple[DamagedFileError, int | None] | None:
+        """What stops a restore (the damage and the version it is in), if anything."""
+        if self.plan_damage is not None:
+            return self.plan_damage, None
+        newest = self.versions[0] if self.versions else None
+        if newest is not None and newest.damage is not None:
+            return newest.damage, newest.version
+        return None
+
+    def error(self) -> str | None:
+        """The one-line message for what stops a restore (None: nothing does)."""
+        found = self.damage
+        return None if found is None else damage_message(self.checkpoint, *found, self.newest_intact)
+
+
+def damage_message(checkpoint: Checkpoint, damage: DamagedFileError, version: int | None, intact: int | None) -> str:
+    """``checkpoint X: <file> <problem> (version N needs it); <the way back>``."""
+    needs = "" if version is None or damage.file.startswith("manifests/") else f" (version {version} needs it)"
+    if intact is None:
+        fix = (
+            "no retained version is intact: restore the checkpoint directory from a copy, or start over with a new "
+            "checkpoint directory"
+        )
+    else:
+        restores = f", which restores {PLAN_FILE} from that version's copy" if damage.file == PLAN_FILE else ""
+        fix = (
+            f"the newest intact version is {intact}: roll back to it with 'keyflow checkpoints {checkpoint.uri} "
+            f"--rollback {intact} --apply'{restores} (without --apply it lists what would change)"
+        )
+    return f"checkpoint {checkpoint.uri}: {damage.file} {damage.problem}{needs}; {fix}"
+
+
+def state_sizes(checkpoint: Checkpoint) -> dict[str, int]:
+    """Every file under ``state/`` with its size, from one recursive listing."""
+    selector = fs.FileSelector(checkpoint.path("state"), recursive=True, allow_not_found=True)
+    start = len(checkpoint.root) + 1
+    found = checkpoint.fs.get_file_info(selector)
+    return {info.path[start:]: info.size or 0 for info in found if info.type == fs.FileType.File}
+
+
+def check_version(
+    checkpoint: Checkpoint,
+    version: int,
+    checkpoint_id: str | None,
+    sizes: dict[str, int],
+    deep: bool = False,
+    bad_file: str | None = None,
+) -> VersionCheck:
+    """One version: its manifest, its checkpoint id, each file's presence and size (``deep``:
+    content checksums; ``bad_file``: a file already found damaged)."""
+    try:
+        manifest = checkpoint.manifest(version)
+    except DamagedFileError as damage:
+        return VersionCheck(version, None, damage)
+    except CheckpointError as error:  # another format: not damage, but not restorable either
+        return VersionCheck(version, None, DamagedFileError(manifest_path(version), f"cannot be read: {error}"))
+    if checkpoint_id and manifest.checkpoint_id and manifest.checkpoint_id != checkpoint_id:
+        problem = f"belongs to another checkpoint (id {manifest.checkpoint_id}; {PLAN_FILE} has {checkpoint_id})"
+        return VersionCheck(version, manifest, DamagedFileError(manifest_path(version), problem))
+    for path, (size, digest) in manifest.needed().items():
+        found = _check_file(checkpoint, path, size, digest, sizes, deep)
+        if found is None and path == bad_file:
+            found = DamagedFileError(path, "was found damaged while a run read it")
+        if found is not None:
+            return VersionCheck(version, manifest, found)
+    return VersionCheck(version, manifest, None)
+
+
+def _check_file(
+    checkpoint: Checkpoint, path: str, size: int | None, digest: str | None, sizes: dict[str, int], deep: bool
+) -> DamagedFileError | None:
+    if path not in sizes:
+        return DamagedFileError(path, "is missing")
+    if size is not None and sizes[path] != size:
+        return DamagedFileError(path, truncated(sizes[path], size))
+    if deep and digest is not None:
+        with checkpoint.fs.open_input_stream(checkpoint.path(path)) as stream:
+            if checksum(stream.read()) != digest:
+                return DamagedFileError(
+                    path, "was altered: its content does not match the checksum recorded when written"
+                )
+    return None
+
+
+def verify(
+    checkpoint: Checkpoint, deep: bool = False, every_version: bool = True, bad_file: str | None = None
+) -> Verification:
+    """Check plan.json and the retained versions, newest first; without ``every_version``, stop
+    at the first intact one (what a restore needs)."""
+    plan_file, plan_damage = None, None
+    try:
+        plan_file = read_plan_file(checkpoint)
+        if plan_file is None and checkpoint.versions():
+            plan_damage = DamagedFileError(PLAN_FILE, "is missing")
+    except DamagedFileError as damage:
+        plan_damage = damage
+    sizes = state_sizes(checkpoint)
+    checkpoint_id = plan_file.checkpoint_id if plan_file else _most_common_id(checkpoint)
+    checks = []
+    for version in reversed(checkpoint.versions()):
+        check = check_version(checkpoint, version, checkpoint_id, sizes, deep, bad_file)
+        checks.append(check)
+        if check.intact and not every_version:
+            break
+    return Verification(checkpoint, plan_file, plan_damage, checks)
+
+
+def check_before_restore(checkpoint: Checkpoint) -> None:
+    """Raise DamagedCheckpointError (one line, with the fix) if plan.json or the newest
+    version is damaged; reads no state data."""
+    error = verify(checkpoint, every_version=False).error()
+    if error is not None:
+        raise DamagedCheckpointError(error)
+
+
+def damaged_while_reading(checkpoint: Checkpoint, file: str, problem: str) -> str:
+    """The message for a file a worker found damaged: with the newest version not needing it."""
+    verification = verify(checkpoint, every_version=False, bad_file=file)
+    versions = [check.version for check in verification.versions]
+    newest = versions[0] if versions else None
+    return damage_message(checkpoint, DamagedFileError(file, problem), newest, verification.newest_intact)
+
+
+_DAMAGED = re.compile(r"checkpoint file (\S+) (.+?)$")
+
+
+def found_damaged(message: str) -> tuple[str, str] | None:
+    """The file and problem of a DamagedFileError's message (e.g. as a worker's error), if it is one."""
+    found = _DAMAGED.search(message)
+    return (found.group(1), found.group(2)) if found else None
+
+
+def _most_common_id(checkpoint: Checkpoint) -> str | None:
+    """With plan.json lost: the checkpoint id most manifests carry."""
+    ids: Counter[str] = Counter()
+    for version in checkpoint.versions():
+        try:
+            ids[checkpoint.manifest(version).checkpoint_id] += 1
+        except CheckpointError:
+            continue
+    return ids.most_common(1)[0][0] if ids else None
+
+
+def retain(checkpoint: Checkpoint, count: int) -> list[int]:
+    """Keep the newest ``count`` versions, and the newest intact one if none of them is; delete
+    older manifests and the files no kept version uses. Returns the versions dropped."""
+    versions = checkpoint.versions()
+    if len(versions) <= count:
+        return []
+    sizes = state_sizes(checkpoint)
+    newest_id = None
+    checks: list[VersionCheck] = []
+    for version in reversed(versions):
+        check = check_version(checkpoint, version, newest_id, sizes)
+        newest_id = newest_id or (check.manifest.checkpoint_id if check.manifest else None)
+        checks.append(check)
+        if len(checks) >= count and any(c.intact for c in checks):
+            break
+    kept = checks[:count] + [c for c in checks[count:] if c.intact][:1]
+    kept_versions = {c.version for c in kept}
+    dropped = [version for version in versions if version not in kept_versions]
+    used = {path for c in kept if c.manifest for path in c.manifest.files()}
+    for version in dropped:
+        checkpoint.fs.delete_file(checkpoint.path(manifest_path(version)))
+    oldest_kept = min(kept_versions)
+    remaining: dict[str, int] = {}  # version directory -> files it keeps
+    for relative in sizes:
+        directory = checkpoint.path(relative.rsplit("/", 1)[0])
+        if relative not in used and version_of(relative) < oldest_kept:
+            checkpoint.fs.delete_file(checkpoint.path(relative))
+            remaining.setdefault(directory, 0)
+        else:
+            remaining[directory] = remaining.get(directory, 0) + 1
+    for directory, files in remaining.items():
+        if not files:
+            checkpoint.fs.delete_dir(directory)
+    return dropped
