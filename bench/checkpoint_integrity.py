@@ -6,7 +6,7 @@ times, on that run's real checkpoint, every piece of integrity work a micro-batc
 
 - workers hash the state bytes they write (xxh3 over the batch's state files, timed here
   over the same bytes);
-- the driver copies plan.json into the manifest, seals the manifest, and checks the retained
+- the driver copies the plan into the manifest, seals the manifest, and checks the retained
   versions when it applies retention (one listing, no data read);
 
 and compares their sum with the median micro-batch time of the same run. Target: ≤ 3 %.
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from bench.report import emit, progress
 from bench.streaming_state import keyflow_run, uniform_batches, write_batches
-from keyflow.runtime.streaming.commit import plan_copy
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.integrity import check_before_restore, verify
+from keyflow.state.plan_file import read_plan_file
 from keyflow.state.seal import checksum
 
 BENCH = "checkpoint_integrity"
@@ -63,7 +63,9 @@ def one_run(work: Path, args: argparse.Namespace) -> dict[str, float]:
     contents = [(Path(checkpoint.path(f.path))).read_bytes() for f in written]
     hash_rate = sum(map(len, contents)) / timed(lambda: [checksum(c) for c in contents])  # bytes/s
     hashing = statistics.median(b.state_bytes_written for b in steady) / hash_rate
-    driver = timed(lambda: plan_copy(checkpoint)) + timed(newest.to_json) + timed(lambda: verify(checkpoint))
+    plan_file = read_plan_file(checkpoint)
+    assert plan_file is not None
+    driver = timed(plan_file.to_dict) + timed(newest.to_json) + timed(lambda: verify(checkpoint))
     return {
         "batch": statistics.median(b.seconds for b in steady),
         "per_batch": hashing + driver,

@@ -93,7 +93,7 @@ def test_batch_lines_are_not_wrapped_when_piped(tmp_path: Path) -> None:
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     missing = runner.invoke(app, ["checkpoints", str(tmp_path)])
     assert missing.exit_code == 2
-    assert "is not a keyflow checkpoint (no plan.json)" in missing.output
+    assert "is not a keyflow checkpoint (no plan.json, no manifests)" in missing.output
     (tmp_path / "x.txt").write_text("a")
     wrong = runner.invoke(app, ["log", "append", str(tmp_path / "log"), "--file", str(tmp_path / "x.txt")])
     assert wrong.exit_code == 2

@@ -23,6 +23,7 @@ import pytest
 from keyflow import KeyflowError, Pipeline, log, parquet
 from keyflow.state.checkpoint import Checkpoint, Manifest, write_state_file
 from keyflow.state.integrity import retain, verify
+from keyflow.state.rollback import plan_rollback
 from keyflow.state.seal import UnsealedError, seal, unseal
 from tests.streams import (
     TOTAL_SCHEMA,
@@ -128,6 +129,12 @@ DAMAGES: dict[str, tuple[Damage, str, int]] = {
     "manifest-torn": (lambda b, o: damage(truncate, b / "ckpt/manifests/0000000006.json"), "is torn", 5),
     "manifest-edited": (lambda b, o: damage(edit_manifest, b / "ckpt/manifests/0000000006.json"), "was altered", 5),
     "plan-deleted": (lambda b, o: damage(os.remove, b / "ckpt/plan.json"), "is missing", 6),
+    "plan-torn": (lambda b, o: damage(truncate, b / "ckpt/plan.json"), "is torn", 6),
+    "plan-of-another-checkpoint": (
+        lambda b, o: damage(lambda ours: shutil.copyfile(o / "ckpt/plan.json", ours), b / "ckpt/plan.json"),
+        "belongs to another checkpoint",
+        6,
+    ),
     "manifest-of-another-pipeline": (
         lambda b, o: damage(lambda ours: shutil.copyfile(o / "ckpt/manifests/0000000006.json", ours),
                             b / "ckpt/manifests/0000000006.json"),
@@ -163,7 +170,7 @@ def test_damage_is_one_error_with_the_way_back_and_changes_nothing(
 
 
 @pytest.mark.parametrize("case", ["delta-altered", "full-deleted", "manifest-torn", "plan-deleted",
-                                  "manifest-of-another-pipeline"])  # fmt: skip
+                                  "manifest-of-another-pipeline", "plan-of-another-checkpoint"])  # fmt: skip
 def test_rollback_then_resume_equals_pandas(case: str, other_pipeline: Path, tmp_path: Path) -> None:
     base = build_checkpoint(tmp_path)
     other_output = fingerprint(other_pipeline)
@@ -192,6 +199,65 @@ def test_rollback_then_resume_equals_pandas(case: str, other_pipeline: Path, tmp
     counts = latest_counts(base / "counts")
     pd.testing.assert_frame_equal(counts, expected_counts(everything), check_dtype=False)
     assert fingerprint(other_pipeline) == other_output  # a foreign manifest's output paths are not touched
+
+
+def test_an_interrupted_rollback_blocks_the_start_until_it_is_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = build_checkpoint(tmp_path)
+    checkpoint = Checkpoint(str(base / "ckpt"))
+    rollback = plan_rollback(checkpoint, 4)
+
+    def crash(version: int | None) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(checkpoint, "discard_after", crash)  # after Spark's log and the manifests went
+    with pytest.raises(OSError, match="disk gone"):
+        rollback.apply()
+    assert checkpoint.versions() == [4]
+    with pytest.raises(KeyflowError, match=r"a rollback to version 4 was interrupted; finish it with 'keyflow "
+                                           r"checkpoints .*ckpt --rollback 4 --apply'"):  # fmt: skip
+        totals_and_counts(base).run(checkpoint=str(base / "ckpt"), available_now=True)
+    with pytest.raises(KeyflowError, match="a rollback to version 4 was interrupted; finish it first"):
+        plan_rollback(Checkpoint(str(base / "ckpt")), 5)
+    finished = keyflow("checkpoints", str(base / "ckpt"), "--rollback", "4", "--apply")
+    assert finished.returncode == 0, finished.stderr
+    assert not (base / "ckpt" / "rollback.json").exists()
+    assert not list((base / "ckpt" / "state").glob("*/v-0000000005"))
+    totals_and_counts(base).run(checkpoint=str(base / "ckpt"), available_now=True)
+    got = read_output(base / "totals").sort_values("seq").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected_totals(all_input()).reset_index(drop=True), check_dtype=False)
+
+
+def test_a_checkpoint_written_before_checksums_resumes(pristine: Path, tmp_path: Path) -> None:
+    """Format 1: manifests without checksum, checkpoint id or plan copy; state files named without
+    checksums; plan.json unsealed. It is read, checked for presence and sizes, and resumes."""
+    base = copy_of(pristine, tmp_path)
+    checkpoint = base / "ckpt"
+    for state_file_path in (checkpoint / "state").rglob("*.parquet"):
+        kind, first, rest = state_file_path.name.split("-")
+        state_file_path.rename(state_file_path.with_name(f"{kind}-{first}-{rest.split('.')[0]}.parquet"))
+    for manifest_file in (checkpoint / "manifests").glob("*.json"):
+        manifest = json.loads(manifest_file.read_text())
+        for key in ("checksum", "checkpoint_id", "plan"):
+            manifest.pop(key)
+        manifest["format_version"] = 1
+        for files in manifest["operators"].values():
+            for f in files:
+                f.pop("checksum")
+                f["path"] = re.sub(r"\.[0-9a-f]{16}\.parquet$", ".parquet", f["path"])
+        manifest_file.write_text(json.dumps(manifest))
+    plan = json.loads((checkpoint / "plan.json").read_text())
+    plan.pop("checksum")
+    (checkpoint / "plan.json").write_text(json.dumps(plan))
+    assert verify(Checkpoint(str(checkpoint))).newest_intact == 6
+
+    append(base / "log", more := events(500, 100, start=FIRST + MORE, seed=3))
+    totals_and_counts(base).run(checkpoint=str(checkpoint), available_now=True)
+    everything = pd.concat([all_input(), more], ignore_index=True)
+    got = read_output(base / "totals").sort_values("seq").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected_totals(everything).reset_index(drop=True), check_dtype=False)
+    assert [Checkpoint(str(checkpoint)).manifest(v).checkpoint_id != "" for v in (5, 6, 7)] == [False, False, True]
 
 
 def test_cli_run_prints_one_line_and_verify_finds_the_newest_intact(pristine: Path, tmp_path: Path) -> None:
@@ -250,7 +316,7 @@ def test_retention_keeps_the_newest_intact_version(pristine: Path, tmp_path: Pat
     assert retain(checkpoint, 1) == [5]  # 6 (newest) and 4 (newest intact) are kept
     assert checkpoint.versions() == [4, 6]
     assert verify(checkpoint).newest_intact == 4
-    assert (base / "ckpt/state").glob("op-aggregate*/v-0000000002/full-*")  # what version 4 needs stays
+    assert any((base / "ckpt/state").glob("op-aggregate*/v-0000000002/full-*"))  # what version 4 needs stays
 
 
 def test_state_files_name_their_checksum_and_a_retried_attempt_replaces_the_first(tmp_path: Path) -> None:
@@ -277,6 +343,7 @@ def test_sealed_documents() -> None:
     with pytest.raises(UnsealedError, match="has no checksum"):
         unseal(json.dumps({"a": 1}))
     assert unseal(json.dumps({"a": 1}), sealed=False) == {"a": 1}  # written before sealing
+    assert unseal(seal({"n": {10: 1, 2: (3, 4)}})) == {"n": {"10": 1, "2": [3, 4]}}  # as JSON reads it back
 
 
 def test_manifests_of_the_first_format_are_still_read(pristine: Path) -> None:

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from keyflow import ValueState
 from keyflow.keygroups import assign_to_key_groups, key_group_range
 from keyflow.state.assignment import delta_depth, needed_files
-from keyflow.state.checkpoint import Checkpoint, CheckpointError, Manifest, restore, write_state_file
+from keyflow.state.checkpoint import Checkpoint, CheckpointError, DamagedFileError, Manifest, restore, write_state_file
 from keyflow.state.durable import CheckpointedState
+from keyflow.state.integrity import retain, verify
 from keyflow.state.memory import KeyedStateStore, KeyIndex
 
 K = 64
@@ -113,7 +114,7 @@ def test_retention_keeps_the_newest_versions_and_their_files(tmp_path: Path) -> 
     for version in range(5):
         manifest = write_version(checkpoint, version, 2, {f"u{version}": version}, manifest,
                                  frozenset({0, 1}) if version == 3 else frozenset())  # fmt: skip
-    dropped = checkpoint.retain(2)
+    dropped = retain(checkpoint, 2)
     assert dropped == [0, 1, 2]
     assert checkpoint.versions() == [3, 4]
     on_disk = {str(p.relative_to(tmp_path)) for p in (tmp_path / "state").rglob("*.parquet")}
@@ -201,5 +202,9 @@ def test_a_manifest_of_another_format_is_refused(tmp_path: Path) -> None:
     checkpoint = new_checkpoint(tmp_path)
     (tmp_path / "manifests").mkdir()
     (tmp_path / "manifests" / "0000000000.json").write_text('{"format_version": 99}')
-    with pytest.raises(CheckpointError, match=r"0000000000.json has an unknown format; it was written by another"):
+    with pytest.raises(CheckpointError, match=r"0000000000.json has format 99, which this keyflow does not read: it "
+                                              r"was written by another keyflow version") as raised:  # fmt: skip
         checkpoint.latest()
+    assert not isinstance(raised.value, DamagedFileError)  # not damage: a rollback would not help
+    with pytest.raises(CheckpointError, match="has format 99"):
+        verify(checkpoint)

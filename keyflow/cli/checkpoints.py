@@ -4,6 +4,8 @@ rolling it back to an earlier version."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -42,9 +44,11 @@ def checkpoints(
         checkpoint = Checkpoint(directory)
         _not_a_checkpoint_unless_one(checkpoint)
         if rollback is not None:
-            _rollback(checkpoint, rollback, apply, as_json)
+            with _locked(checkpoint):
+                _rollback(checkpoint, rollback, apply, as_json)
         elif check:
-            _verify(checkpoint, deep, as_json)
+            with _locked(checkpoint):  # a running job's commits and retention change what is checked
+                _verify(checkpoint, deep, as_json)
         else:
             _describe(checkpoint, as_json)
 
@@ -88,18 +92,25 @@ def _verify(checkpoint: Checkpoint, deep: bool, as_json: bool) -> None:
         raise typer.Exit(code=1)
 
 
-def _rollback(checkpoint: Checkpoint, version: int, apply: bool, as_json: bool) -> None:
+@contextmanager
+def _locked(checkpoint: Checkpoint) -> Iterator[None]:
+    """No job runs on the checkpoint meanwhile (local filesystems: object stores have no locks)."""
     from keyflow.paths import unlock
-    from keyflow.state.rollback import plan_rollback
 
-    held = checkpoint.acquire()  # no job may run on it meanwhile
+    held = checkpoint.acquire()
     try:
-        rollback = plan_rollback(checkpoint, version)
-        changes = rollback.changes()
-        if apply:
-            rollback.apply()
+        yield
     finally:
         unlock(held)
+
+
+def _rollback(checkpoint: Checkpoint, version: int, apply: bool, as_json: bool) -> None:
+    from keyflow.state.rollback import plan_rollback
+
+    rollback = plan_rollback(checkpoint, version)
+    changes = rollback.changes()
+    if apply:
+        rollback.apply()
     if as_json:
         typer.echo(json.dumps({"version": version, "applied": apply, "changes": changes}, indent=1))
         return
@@ -112,9 +123,14 @@ def _rollback(checkpoint: Checkpoint, version: int, apply: bool, as_json: bool) 
 
 
 def _describe(checkpoint: Checkpoint, as_json: bool) -> None:
+    from keyflow.state.checkpoint import DamagedFileError
     from keyflow.state.inspect import describe_checkpoint
+    from keyflow.state.integrity import DamagedCheckpointError, verify
 
-    described = describe_checkpoint(checkpoint)
+    try:
+        described = describe_checkpoint(checkpoint)
+    except DamagedFileError as damage:  # plan.json: say what the way back is
+        raise DamagedCheckpointError(verify(checkpoint, every_version=False).error() or str(damage)) from None
     if as_json:
         typer.echo(json.dumps(described, indent=1))
         return

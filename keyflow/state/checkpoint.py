@@ -5,7 +5,8 @@ Layout under the checkpoint directory (any ``pyarrow.fs`` filesystem)::
     plan.json                      the plan of the first run: K, key hash, operators
     manifests/0000000007.json      one per committed version; written last, atomically
     state/op-3/v-0000000007/delta-00000-13859.5c3a0f1e9b2d4e67.parquet
-    events.jsonl                   rescales and restores
+    events.jsonl                   rescales, restores and rollbacks
+    rollback.json                  only while a rollback is applied (a start refuses until it is finished)
     scheduler.jsonl                the adaptive scheduler's slots and decisions (if it runs)
     source/                        Spark's own offsets for the streaming source
 
@@ -41,6 +42,8 @@ from keyflow.state.seal import UnsealedError, checksum, seal, unseal
 FORMAT_VERSION = 2  # 2: sealed manifests with checksums; 1 is still read (nothing to check)
 LOCK_FILE = ".keyflow.lock"
 SOURCE_DIR = "source"  # Spark's offsets and commits for the streaming source
+ROLLBACK_FILE = "rollback.json"  # present while a rollback is being applied
+ALTERED = "was altered: its content does not match the checksum recorded when written"
 KEYS_METADATA = b"keyflow.keys_in_range"
 KEY_REPORT = "keys"  # a pre-keyed subtask's keys to check, next to its state file
 
@@ -86,13 +89,18 @@ class Manifest:
             data = unseal(text, sealed=False)
             format_version = data.pop("format_version", None)
             if format_version not in (1, FORMAT_VERSION):
-                raise CheckpointError(f"{relative} has an unknown format; it was written by another keyflow version")
+                raise CheckpointError(
+                    f"{relative} has format {format_version}, which this keyflow does not read: it was written by "
+                    "another keyflow version; run the pipeline with that version"
+                )
             if format_version == FORMAT_VERSION:
                 unseal(text)  # this format carries a checksum: its absence is damage
             data["operators"] = {uid: [StateFile(**f) for f in files] for uid, files in data["operators"].items()}
             manifest = Manifest(**data)
         except UnsealedError as damage:
             raise DamagedFileError(relative, damage.problem) from None
+        except KeyflowError:
+            raise  # another format: not damage (a rollback would not help)
         except (TypeError, KeyError, AttributeError, ValueError) as error:
             raise DamagedFileError(relative, f"is not a keyflow manifest ({type(error).__name__}: {error})") from None
         if relative != manifest_path(manifest.version):
@@ -108,8 +116,10 @@ class DamagedFileError(CheckpointError):
     """A checkpoint file that is not what was committed: ``file`` (relative to the checkpoint)
     ``problem`` (e.g. "is missing")."""
 
+    MARKER = "damaged checkpoint file "  # how a worker's report of one is told from other errors
+
     def __init__(self, file: str, problem: str) -> None:
-        super().__init__(f"checkpoint file {file} {problem}")
+        super().__init__(f"{self.MARKER}{file} {problem}")
         self.file, self.problem = file, problem
 
 
@@ -226,13 +236,27 @@ class Checkpoint:
             )  # fmt: skip
         return sorted(found, key=lambda f: f.first)
 
+    def version_dirs_after(self, version: int | None) -> list[str]:
+        """The state directories (relative) of versions after ``version`` (None: all)."""
+        found = []
+        for uid_dir in self.fs.get_file_info(fs.FileSelector(self.path("state"), allow_not_found=True)):
+            if uid_dir.type != fs.FileType.Directory:
+                continue
+            for version_dir in self.fs.get_file_info(fs.FileSelector(uid_dir.path, allow_not_found=True)):
+                written = version_dir.base_name.removeprefix("v-")
+                if written.isdigit() and (version is None or int(written) > version):
+                    found.append(f"state/{uid_dir.base_name}/{version_dir.base_name}")
+        return sorted(found)
+
     def discard_after(self, version: int | None) -> None:
         """Remove state written for versions after ``version`` that were never committed."""
-        for uid_dir in self.fs.get_file_info(fs.FileSelector(self.path("state"), allow_not_found=True)):
-            for version_dir in self.fs.get_file_info(fs.FileSelector(uid_dir.path, allow_not_found=True)):
-                written = int(version_dir.base_name.removeprefix("v-"))
-                if version is None or written > version:
-                    self.fs.delete_dir(version_dir.path)
+        for directory in self.version_dirs_after(version):
+            self.fs.delete_dir(self.path(directory))
+
+    def source_batches(self, log: str) -> list[int]:
+        """The micro-batches Spark's source log ``log`` (``offsets`` or ``commits``) holds."""
+        selector = fs.FileSelector(self.path(f"{SOURCE_DIR}/{log}"), allow_not_found=True)
+        return sorted(int(info.base_name) for info in self.fs.get_file_info(selector) if info.base_name.isdigit())
 
 
 def operator_dir(uid: str) -> str:
@@ -259,7 +283,8 @@ def state_file_name(kind: str, first: int, last: int, digest: str) -> str:
 def write_state_file(
     checkpoint: Checkpoint, uid: str, version: int, kind: str, first: int, last: int, table: pa.Table, keys: int
 ) -> None:
-    """One subtask's state for one version; atomic, and a retried task overwrites its own file."""
+    """One subtask's state for one version, atomic, named by its checksum (the driver keeps the
+    newest file of a subtask that a retried task wrote twice)."""
     table = table.replace_schema_metadata({KEYS_METADATA: str(keys).encode()})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="lz4", row_group_size=256 * 1024)
@@ -307,7 +332,7 @@ def read_table(checkpoint: Checkpoint, relative: str, size: int | None = None, d
     if size is not None and len(data) != size:
         raise DamagedFileError(relative, truncated(len(data), size))
     if digest is not None and checksum(data) != digest:
-        raise DamagedFileError(relative, "was altered: its content does not match the checksum recorded when written")
+        raise DamagedFileError(relative, ALTERED)
     try:
         return pq.read_table(pa.BufferReader(data))
     except (pa.ArrowInvalid, OSError) as error:

@@ -12,8 +12,11 @@ from keyflow.state.plan_file import PLAN_FILE, read_plan_file
 
 
 def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
-    """A JSON-ready summary of ``checkpoint`` (raises CheckpointError if it is not one)."""
+    """A JSON-ready summary of ``checkpoint`` (raises CheckpointError if it is not one,
+    DamagedFileError if its plan.json is lost or damaged)."""
     saved = read_plan_file(checkpoint)
+    if saved is None and checkpoint.versions():
+        raise DamagedFileError(PLAN_FILE, "is missing")
     if saved is None:
         raise _not_a_checkpoint(checkpoint)
     plan = saved.graph

@@ -15,6 +15,7 @@ rolls back to it (``keyflow.state.rollback``); retention never deletes that vers
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from pyarrow import fs
 
 from keyflow.state.checkpoint import (
+    ALTERED,
+    ROLLBACK_FILE,
     Checkpoint,
     CheckpointError,
     DamagedFileError,
@@ -31,7 +34,7 @@ from keyflow.state.checkpoint import (
     version_of,
 )
 from keyflow.state.plan_file import PLAN_FILE, PlanFile, read_plan_file
-from keyflow.state.seal import checksum
+from keyflow.state.seal import as_json, checksum
 
 
 class DamagedCheckpointError(CheckpointError):
@@ -57,6 +60,7 @@ class Verification:
     plan_file: PlanFile | None
     plan_damage: DamagedFileError | None
     versions: list[VersionCheck]
+    checkpoint_id: str | None  # plan.json's, or the manifests' where plan.json is lost or a stranger
 
     @property
     def newest_intact(self) -> int | None:
@@ -121,8 +125,6 @@ def check_version(
         manifest = checkpoint.manifest(version)
     except DamagedFileError as damage:
         return VersionCheck(version, None, damage)
-    except CheckpointError as error:  # another format: not damage, but not restorable either
-        return VersionCheck(version, None, DamagedFileError(manifest_path(version), f"cannot be read: {error}"))
     if checkpoint_id and manifest.checkpoint_id and manifest.checkpoint_id != checkpoint_id:
         problem = f"belongs to another checkpoint (id {manifest.checkpoint_id}; {PLAN_FILE} has {checkpoint_id})"
         return VersionCheck(version, manifest, DamagedFileError(manifest_path(version), problem))
@@ -143,11 +145,13 @@ def _check_file(
     if size is not None and sizes[path] != size:
         return DamagedFileError(path, truncated(sizes[path], size))
     if deep and digest is not None:
-        with checkpoint.fs.open_input_stream(checkpoint.path(path)) as stream:
-            if checksum(stream.read()) != digest:
-                return DamagedFileError(
-                    path, "was altered: its content does not match the checksum recorded when written"
-                )
+        try:
+            with checkpoint.fs.open_input_stream(checkpoint.path(path)) as stream:
+                data = stream.read()
+        except FileNotFoundError:
+            return DamagedFileError(path, "is missing")
+        if checksum(data) != digest:
+            return DamagedFileError(path, ALTERED)
     return None
 
 
@@ -155,28 +159,54 @@ def verify(
     checkpoint: Checkpoint, deep: bool = False, every_version: bool = True, bad_file: str | None = None
 ) -> Verification:
     """Check plan.json and the retained versions, newest first; without ``every_version``, stop
-    at the first intact one (what a restore needs)."""
+    at the first intact one (what a restore needs). Raises CheckpointError for a manifest of a
+    format this keyflow does not read (not damage: a rollback would not help)."""
+    versions = checkpoint.versions()  # before the state listing: files of a newer commit are in it
     plan_file, plan_damage = None, None
     try:
         plan_file = read_plan_file(checkpoint)
-        if plan_file is None and checkpoint.versions():
+        if plan_file is None and versions:
             plan_damage = DamagedFileError(PLAN_FILE, "is missing")
     except DamagedFileError as damage:
         plan_damage = damage
     sizes = state_sizes(checkpoint)
-    checkpoint_id = plan_file.checkpoint_id if plan_file else _most_common_id(checkpoint)
+    ids = _manifest_ids(checkpoint, versions)
+    checkpoint_id = plan_file.checkpoint_id if plan_file else _most_common(ids)
+    if plan_file is not None and ids and plan_file.checkpoint_id not in ids.values() and len(set(ids.values())) == 1:
+        checkpoint_id = _most_common(ids)  # every manifest agrees: plan.json is the stranger
+        stranger = f"belongs to another checkpoint (id {plan_file.checkpoint_id}; the manifests have {checkpoint_id})"
+        plan_damage = DamagedFileError(PLAN_FILE, stranger)
     checks = []
-    for version in reversed(checkpoint.versions()):
+    for version in reversed(versions):
         check = check_version(checkpoint, version, checkpoint_id, sizes, deep, bad_file)
+        if check.damage is not None and check.damage.problem == "is missing" and check.manifest is None:
+            continue  # deleted by a running job's retention while we listed
         checks.append(check)
         if check.intact and not every_version:
             break
-    return Verification(checkpoint, plan_file, plan_damage, checks)
+    if plan_damage is None and plan_file is not None:
+        plan_damage = _differs_from_copy(plan_file, checks)
+    return Verification(checkpoint, plan_file, plan_damage, checks, checkpoint_id)
+
+
+def _differs_from_copy(plan_file: PlanFile, checks: list[VersionCheck]) -> DamagedFileError | None:
+    """plan.json does not change after the first commit: it must equal the newest intact copy
+    (this also catches edits to a plan.json written before plan files were sealed)."""
+    copy = next((c for c in checks if c.intact and c.manifest and c.manifest.plan), None)
+    if copy is None or copy.manifest is None or copy.manifest.plan == as_json(plan_file.to_dict()):
+        return None
+    return DamagedFileError(PLAN_FILE, f"was altered: it differs from the copy committed with version {copy.version}")
 
 
 def check_before_restore(checkpoint: Checkpoint) -> None:
-    """Raise DamagedCheckpointError (one line, with the fix) if plan.json or the newest
-    version is damaged; reads no state data."""
+    """Raise DamagedCheckpointError (one line, with the fix) if a rollback was interrupted, or
+    plan.json or the newest version is damaged; reads no state data."""
+    if checkpoint.exists(ROLLBACK_FILE):
+        version = json.loads(checkpoint.read_text(ROLLBACK_FILE))["version"]
+        raise DamagedCheckpointError(
+            f"checkpoint {checkpoint.uri}: a rollback to version {version} was interrupted; finish it with "
+            f"'keyflow checkpoints {checkpoint.uri} --rollback {version} --apply'"
+        )
     error = verify(checkpoint, every_version=False).error()
     if error is not None:
         raise DamagedCheckpointError(error)
@@ -190,7 +220,7 @@ def damaged_while_reading(checkpoint: Checkpoint, file: str, problem: str) -> st
     return damage_message(checkpoint, DamagedFileError(file, problem), newest, verification.newest_intact)
 
 
-_DAMAGED = re.compile(r"checkpoint file (\S+) (.+?)$")
+_DAMAGED = re.compile(re.escape(DamagedFileError.MARKER) + r"(\S+) (.+?)$", re.MULTILINE)
 
 
 def found_damaged(message: str) -> tuple[str, str] | None:
@@ -199,15 +229,19 @@ def found_damaged(message: str) -> tuple[str, str] | None:
     return (found.group(1), found.group(2)) if found else None
 
 
-def _most_common_id(checkpoint: Checkpoint) -> str | None:
-    """With plan.json lost: the checkpoint id most manifests carry."""
-    ids: Counter[str] = Counter()
-    for version in checkpoint.versions():
+def _manifest_ids(checkpoint: Checkpoint, versions: list[int]) -> dict[int, str]:
+    """The checkpoint id each readable manifest carries (format 1 carries none)."""
+    ids = {}
+    for version in versions:
         try:
-            ids[checkpoint.manifest(version).checkpoint_id] += 1
-        except CheckpointError:
+            ids[version] = checkpoint.manifest(version).checkpoint_id
+        except DamagedFileError:
             continue
-    return ids.most_common(1)[0][0] if ids else None
+    return {version: found for version, found in ids.items() if found}
+
+
+def _most_common(ids: dict[int, str]) -> str | None:
+    return Counter(ids.values()).most_common(1)[0][0] if ids else None
 
 
 def retain(checkpoint: Checkpoint, count: int) -> list[int]:

@@ -8,19 +8,19 @@ What changes (``plan_rollback`` lists it; nothing happens until ``apply``):
 - Spark's source log forgets the micro-batches after V, so the source replays from V's offsets;
 - the manifests after V are deleted, newest first, then the state written after V.
 
-Each step repeats safely: a rollback interrupted half-way is finished by running it again.
+``rollback.json`` is written first and removed last: while it is there a start refuses and
+names the command that finishes the rollback (every step repeats safely).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from pyarrow import fs
-
 from keyflow.paths import exists, filesystem
-from keyflow.state.checkpoint import SOURCE_DIR, Checkpoint, CheckpointError, manifest_path
+from keyflow.state.checkpoint import ROLLBACK_FILE, SOURCE_DIR, Checkpoint, CheckpointError, manifest_path
 from keyflow.state.integrity import check_version, state_sizes, verify
 from keyflow.state.plan_file import PLAN_FILE, PlanFile, write_plan_file
 
@@ -48,14 +48,14 @@ class Rollback:
         lines += [f"delete {directory}/" for directory in self.state_dirs]
         lines += [
             f"output of version {version} cannot be listed (its manifest is damaged or another checkpoint's): the "
-            "pipeline's next run "
-            f"removes its sinks' output of micro-batches after {self.version}, as on every restart"
+            f"pipeline's next run removes its sinks' output of micro-batches after {self.version}, as on every restart"
             for version in self.unlisted
         ]
         return lines
 
     def apply(self) -> None:
         """Make the changes (the caller holds the checkpoint's lock)."""
+        self.checkpoint.write_atomically(ROLLBACK_FILE, json.dumps({"version": self.version}).encode())
         for source, target in self.moves:
             files, path = filesystem(source)
             if exists(files, path):
@@ -68,8 +68,7 @@ class Rollback:
             _delete_log_entry(self.checkpoint, relative)
         for version in self.manifests:
             _delete_file(self.checkpoint, manifest_path(version))
-        for directory in self.state_dirs:
-            self.checkpoint.fs.delete_dir(self.checkpoint.path(directory))
+        self.checkpoint.discard_after(self.version)
         self.checkpoint.append_event(
             {
                 "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
@@ -78,11 +77,19 @@ class Rollback:
                 "reason": f"rolled back to version {self.version}",
             }
         )
+        self.checkpoint.fs.delete_file(self.checkpoint.path(ROLLBACK_FILE))
 
 
 def plan_rollback(checkpoint: Checkpoint, version: int) -> Rollback:
     """What rolling back to ``version`` changes; raises CheckpointError (with the reason) if
     it is not retained, not intact (content checksums included) or Spark no longer logs it."""
+    if checkpoint.exists(ROLLBACK_FILE):
+        started = json.loads(checkpoint.read_text(ROLLBACK_FILE))["version"]
+        if started != version:
+            raise CheckpointError(
+                f"checkpoint {checkpoint.uri}: a rollback to version {started} was interrupted; finish it first with "
+                f"'keyflow checkpoints {checkpoint.uri} --rollback {started} --apply'"
+            )
     versions = checkpoint.versions()
     if version not in versions:
         raise CheckpointError(
@@ -90,8 +97,7 @@ def plan_rollback(checkpoint: Checkpoint, version: int) -> Rollback:
             "roll back to one of those"
         )
     verification = verify(checkpoint, every_version=False)
-    checkpoint_id = verification.plan_file.checkpoint_id if verification.plan_file else None
-    target = check_version(checkpoint, version, checkpoint_id, state_sizes(checkpoint), deep=True)
+    target = check_version(checkpoint, version, verification.checkpoint_id, state_sizes(checkpoint), deep=True)
     if target.damage is not None or target.manifest is None:
         intact = verify(checkpoint, deep=True, every_version=False).newest_intact
         way_back = f"the newest intact version is {intact}" if intact is not None else "no retained version is intact"
@@ -102,14 +108,15 @@ def plan_rollback(checkpoint: Checkpoint, version: int) -> Rollback:
     manifest = target.manifest
     copy = PlanFile.from_dict(manifest.plan) if manifest.plan else None
     plan_file = None
-    if verification.plan_file is None or (copy is not None and copy.to_dict() != verification.plan_file.to_dict()):
+    current = verification.plan_file
+    if verification.plan_damage is not None or current is None or (copy and copy.to_dict() != current.to_dict()):
         if copy is None:
             raise CheckpointError(
                 f"checkpoint {checkpoint.uri}: {PLAN_FILE} is missing or damaged and version {version} holds no copy "
                 "of it (written by an older keyflow); restore it from a copy of the checkpoint"
             )
         plan_file = copy
-    offsets = _batches(checkpoint, f"{SOURCE_DIR}/offsets")
+    offsets = checkpoint.source_batches("offsets")
     if offsets and version not in offsets:
         raise CheckpointError(
             f"checkpoint {checkpoint.uri}: Spark's source log no longer holds micro-batch {version} (it keeps "
@@ -127,7 +134,7 @@ def plan_rollback(checkpoint: Checkpoint, version: int) -> Rollback:
             directory, name = final.rsplit("/", 1)
             rollback.moves.append((final, f"{directory}/_rolled_back/{stamp}/{name}"))
     rollback.spark_log = spark_log_after(checkpoint, version)
-    rollback.state_dirs = _state_dirs_after(checkpoint, version)
+    rollback.state_dirs = checkpoint.version_dirs_after(version)
     return rollback
 
 
@@ -136,8 +143,8 @@ def spark_log_after(checkpoint: Checkpoint, version: int) -> list[str]:
     before offsets, so Spark never sees a commit without its offsets."""
     entries = []
     for log in ("commits", "offsets"):
-        newer = [batch for batch in _batches(checkpoint, f"{SOURCE_DIR}/{log}") if batch > version]
-        entries += [f"{SOURCE_DIR}/{log}/{batch}" for batch in sorted(newer, reverse=True)]
+        newer = [batch for batch in checkpoint.source_batches(log) if batch > version]
+        entries += [f"{SOURCE_DIR}/{log}/{batch}" for batch in reversed(newer)]
     return entries
 
 
@@ -156,24 +163,10 @@ def _published_by(checkpoint: Checkpoint, version: int, own_id: str) -> list[str
         manifest = checkpoint.manifest(version)
     except CheckpointError:
         return None
-    if manifest.checkpoint_id and own_id and manifest.checkpoint_id != own_id:
+    if manifest.checkpoint_id != own_id:  # format 1 manifests carry none: only trusted among themselves
         return None
     finals = [final for staged in manifest.sinks for _, final in staged["moves"]]
     return [final for final in finals if exists(*filesystem(final))]
-
-
-def _batches(checkpoint: Checkpoint, relative: str) -> list[int]:
-    selector = fs.FileSelector(checkpoint.path(relative), allow_not_found=True)
-    return [int(info.base_name) for info in checkpoint.fs.get_file_info(selector) if info.base_name.isdigit()]
-
-
-def _state_dirs_after(checkpoint: Checkpoint, version: int) -> list[str]:
-    directories = set()
-    for relative in state_sizes(checkpoint):
-        directory = relative.rsplit("/", 1)[0]
-        if int(directory.rsplit("/v-", 1)[1]) > version:
-            directories.add(directory)
-    return sorted(directories)
 
 
 def _delete_file(checkpoint: Checkpoint, relative: str) -> None:

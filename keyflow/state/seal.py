@@ -29,8 +29,15 @@ class UnsealedError(ValueError):
 
 
 def seal(data: dict[str, Any]) -> str:
-    """``data`` as JSON with the checksum of its canonical form added."""
-    return json.dumps({**data, CHECKSUM_FIELD: checksum(_canonical(data))}, indent=1)
+    """``data`` as JSON with the checksum of its canonical form added (taken after a JSON round
+    trip, so what a reader parses hashes the same: tuples become lists, keys strings)."""
+    return json.dumps({**data, CHECKSUM_FIELD: checksum(_canonical(as_json(data)))}, indent=1)
+
+
+def as_json(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` as a reader of its JSON sees it."""
+    parsed: dict[str, Any] = json.loads(json.dumps(data))
+    return parsed
 
 
 def unseal(text: str, sealed: bool = True) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from keyflow.state.assignment import StateFile, compacting_subtasks, needed_file
 from keyflow.state.checkpoint import Checkpoint, Manifest
 from keyflow.state.durable import CheckpointedState
 from keyflow.state.integrity import retain
-from keyflow.state.plan_file import read_plan_file
+from keyflow.state.plan_file import PlanFile
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,12 @@ def commit_micro_batch(
     stream: StreamState,
     frame: DataFrame,
     batch: int,
-    check_keys: Callable[[FrameBuilder], None],
+    check_keys: Callable[[FrameBuilder], PlanFile],
     event: dict[str, Any] | None = None,
 ) -> tuple[Manifest, BatchMetrics]:
     """Run micro-batch ``batch`` of the source rows ``frame`` and commit it as version
-    ``batch``; ``check_keys`` sees the built operators before anything runs; ``event`` (a
+    ``batch``; ``check_keys`` sees the built operators before anything runs and returns the plan
+    file the manifest keeps a copy of; ``event`` (a
     rescale) is logged with the batch once it is committed."""
     started = time.perf_counter()
     plan, checkpoint = stream.plan, stream.checkpoint
@@ -73,7 +74,7 @@ def commit_micro_batch(
     source = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
     builder = FrameBuilder(frame.sparkSession, plan, {stream.source_id: source}, state)
     try:
-        check_keys(builder)
+        plan_file = check_keys(builder)
         # Every sink consumes its input in full, so each keyed subtask runs to its end and
         # writes its state file once (operators read by several sinks are persisted).
         outputs, staged = _stage_outputs(builder, batch)
@@ -92,7 +93,7 @@ def commit_micro_batch(
             pre_keyed, conflicts = stream.pre_keyed.verify(batch, plan.config["pipeline.pre-keyed.verify"])
         manifest = Manifest(
             batch, plan.parallelism, plan.max_parallelism, operators, staged, pre_keyed=pre_keyed,
-            checkpoint_id=stream.checkpoint_id, plan=plan_copy(checkpoint),
+            checkpoint_id=stream.checkpoint_id, plan=plan_file.to_dict(),
         )  # fmt: skip
         checkpoint.commit(manifest)
         if event is not None:
@@ -108,12 +109,6 @@ def commit_micro_batch(
         sum(f.bytes for f in written), time.perf_counter() - started, conflicts,
     )  # fmt: skip
     return manifest, metrics
-
-
-def plan_copy(checkpoint: Checkpoint) -> dict[str, Any]:
-    """plan.json as it is now, for the manifest: a lost or damaged plan.json is restored from it."""
-    plan_file = read_plan_file(checkpoint)
-    return plan_file.to_dict() if plan_file else {}
 
 
 def keyed_state(stream: StreamState, batch: int) -> dict[str, CheckpointedState]:

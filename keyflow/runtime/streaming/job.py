@@ -31,6 +31,7 @@ from keyflow.runtime.streaming.prekeyed import PreKeyedSource
 from keyflow.runtime.streaming.results import BatchMetrics, StreamingResult
 from keyflow.state.checkpoint import SOURCE_DIR, Checkpoint, CheckpointError, DamagedFileError
 from keyflow.state.integrity import damaged_while_reading, found_damaged
+from keyflow.state.plan_file import PlanFile
 from keyflow.state.rollback import forget_uncommitted
 
 
@@ -209,7 +210,8 @@ class StreamingJob:
         and remove what this micro-batch wrote, so the checkpoint is as it was."""
         damaged = found_damaged(str(error))
         if damaged is not None:
-            forget_uncommitted(self.checkpoint, self._stream.committed)
+            if self.checkpoint.versions()[-1:] == [self._stream.committed]:  # nothing of this batch committed
+                forget_uncommitted(self.checkpoint, self._stream.committed)
             self._error = PipelineError(damaged_while_reading(self.checkpoint, *damaged))
 
     def _batch(self, frame: DataFrame, batch: int) -> None:
@@ -230,16 +232,18 @@ class StreamingJob:
         if self._on_batch is not None:
             self._on_batch(metrics)
 
-    def _check_key_types(self, builder: FrameBuilder) -> None:
-        """Once per run, before the first micro-batch runs: the keys' types match the checkpoint's."""
+    def _check_key_types(self, builder: FrameBuilder) -> PlanFile:
+        """Once per run, before the first micro-batch runs: the keys' types match the checkpoint's.
+        Returns the plan file as it is now (each manifest keeps a copy)."""
         if self._key_types_checked:
-            return
+            return self._plan_file
         keyed = self.plan.keyed_nodes()
         for node in keyed.values():
             builder.frame(node.id)  # lazy: builds the DataFrame, runs nothing
         current = {uid: builder.key_types(node.id) for uid, node in keyed.items()}
         self._plan_file = restore.check_key_types(self.checkpoint, self._plan_file, self.plan, current)
         self._key_types_checked = True
+        return self._plan_file
 
     # -- rescale ---------------------------------------------------------------------------
     def _apply_rescale(self) -> None:

@@ -110,13 +110,19 @@ def _check_source_offsets(checkpoint: Checkpoint, committed: int) -> None:
     """Spark's source log and the state must describe the same batches: every batch Spark
     committed has a manifest, and the newest manifest's batch is in Spark's offset log
     (its commit may be missing: a crash between the two commits replays it)."""
-    consumed = _newest_batch(checkpoint, f"{SOURCE_DIR}/commits")
-    planned = _newest_batch(checkpoint, f"{SOURCE_DIR}/offsets")
+    consumed = max(checkpoint.source_batches("commits"), default=-1)
+    planned = max(checkpoint.source_batches("offsets"), default=-1)
     if consumed > committed:
+        fix = (
+            f"roll back to version {committed} with 'keyflow checkpoints {checkpoint.uri} --rollback {committed} "
+            "--apply' (the input after it is replayed), restore the missing manifests"
+            if committed >= 0
+            else "restore the missing manifests"
+        )
         raise PlanError(
-            f"checkpoint {checkpoint.uri}: the source has consumed batch {consumed} but the newest "
-            f"state manifest is version {committed}; manifests were deleted. Restore the missing "
-            "manifests, or start over with a new checkpoint directory"
+            f"checkpoint {checkpoint.uri}: the source has consumed batch {consumed} but the newest state manifest is "
+            f"version {committed}; manifests were deleted. {fix[0].upper()}{fix[1:]}, or start over with a new "
+            "checkpoint directory"
         )
     if planned < committed:
         raise PlanError(
@@ -125,12 +131,6 @@ def _check_source_offsets(checkpoint: Checkpoint, committed: int) -> None:
             "deleted or replaced, and new input would be skipped. Restore it, or start over with a new "
             "checkpoint directory"
         )
-
-
-def _newest_batch(checkpoint: Checkpoint, relative: str) -> int:
-    selector = fs.FileSelector(checkpoint.path(relative), allow_not_found=True)
-    names = (info.base_name for info in checkpoint.fs.get_file_info(selector))
-    return max((int(name) for name in names if name.isdigit()), default=-1)
 
 
 def fixed_by_first_run(checkpoint: Checkpoint, plan_file: PlanFile, **facts: object) -> PlanFile:
