@@ -104,11 +104,13 @@ def damage_message(checkpoint: Checkpoint, damage: DamagedFileError, version: in
 
 
 def state_sizes(checkpoint: Checkpoint) -> dict[str, int]:
-    """Every file under ``state/`` with its size, from one recursive listing."""
+    """Every file of a version directory under ``state/`` with its size, from one recursive
+    listing (anything else there is not keyflow's and is left alone)."""
     selector = fs.FileSelector(checkpoint.path("state"), recursive=True, allow_not_found=True)
     start = len(checkpoint.root) + 1
     found = checkpoint.fs.get_file_info(selector)
-    return {info.path[start:]: info.size or 0 for info in found if info.type == fs.FileType.File}
+    files = (info for info in found if info.type == fs.FileType.File and "/v-" in info.path[start:])
+    return {info.path[start:]: info.size or 0 for info in files}
 
 
 def check_version(
