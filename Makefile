@@ -19,6 +19,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python -m bench.changelog_routing
 	$(VENV)/bin/python -m bench.pre_keyed
 	$(VENV)/bin/python -m bench.adaptive_batch
+	$(VENV)/bin/python -m bench.checkpoint_integrity
 
 $(STAMP): requirements.lock pyproject.toml scripts/bootstrap.sh
 	scripts/bootstrap.sh
