@@ -11,7 +11,10 @@ import pyarrow as pa
 import pytest
 
 from keyflow import KeyedBatch, KeyedState, ListState, MapState, Pipeline, ValueState, files, parquet
-from tests.pipelines import TEST_SPARK, write_clicks
+from keyflow.plan.compile import compile_plan
+from keyflow.runtime.frames import FrameBuilder
+from keyflow.runtime.session import spark_session
+from tests.pipelines import FIXED, TEST_SPARK, write_clicks
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +196,105 @@ def test_value_state_numbers_rows_across_calls_without_order(
     assert sorted(result.n) == sorted(frame.n)
     for user, rows in result.groupby("user"):
         assert sorted(rows.visit) == list(range(1, (frame.user == user).sum() + 1))
+
+
+def running_in_arrival_order(batch: KeyedBatch, state: KeyedState) -> pa.Table:
+    total, visits = state["total"], state["visits"]
+    running = batch.running_sum(batch.data.column("price"), initial=total.get())
+    seen = visits.get().fill_null(0).to_numpy(zero_copy_only=False)
+    visit = np.arange(batch.data.num_rows) - batch.starts[batch.key_index] + 1 + seen[batch.key_index]
+    total.update(pa.array(batch.last_per_key(running)))
+    visits.update(pa.array(seen + batch.counts))
+    return pa.table({"n": batch.data.column("n"), "user": batch.data.column("user"), "visit": visit,
+                     "running": running})  # fmt: skip
+
+
+@pytest.mark.parametrize("batch_rows", [7, 5_000])
+def test_process_without_order_by_sees_each_keys_rows_in_arrival_order(
+    clicks: tuple[Path, pd.DataFrame], tmp_path: Path, batch_rows: int
+) -> None:
+    """No sort anywhere: one file read by one task and keyed at parallelism 1 arrives in file
+    order (n); small Arrow batches spread every key over many calls, each grouped by hashing.
+    Each key's running sum and visit number are pandas' in n order, so grouping kept every key's
+    rows in arrival order and state carried them across calls."""
+    _, frame = clicks
+    frame.to_parquet(tmp_path / "clicks.parquet", index=False, coerce_timestamps="us")
+    p = pipeline(1, **FIXED, **{"spark.sql.execution.arrow.maxRecordsPerBatch": str(batch_rows)})
+    result = (
+        p.source(files(tmp_path), parallelism=1)
+        .key_by("user")
+        .process(
+            running_in_arrival_order,
+            schema="n long, user string, visit long, running double",
+            state={"total": ValueState("float64"), "visits": ValueState("int64")},
+        )
+        .to_pandas()
+        .sort_values("n", ignore_index=True)
+    )
+    expected = pd.DataFrame(
+        {
+            "n": frame.n,
+            "user": frame.user,
+            "visit": frame.groupby("user").cumcount() + 1,
+            "running": frame.groupby("user").price.cumsum(),
+        }
+    )
+    pd.testing.assert_frame_equal(result, expected, check_dtype=False, rtol=1e-9)
+
+
+@pytest.mark.parametrize("parallelism", [2, 3])
+def test_process_without_order_by_across_batches_and_partitions(
+    clicks: tuple[Path, pd.DataFrame], parallelism: int
+) -> None:
+    """Keys spread over many Arrow batches and both source files (two map tasks): each key's
+    visits are numbered 1..count and its running sums follow one order of its prices."""
+    path, frame = clicks
+    p = pipeline(parallelism, **FIXED, **{"spark.sql.execution.arrow.maxRecordsPerBatch": "11"})
+    stream = (
+        p.source(files(path))
+        .key_by("user")
+        .process(
+            running_in_arrival_order,
+            schema="n long, user string, visit long, running double",
+            state={"total": ValueState("float64"), "visits": ValueState("int64")},
+        )
+    )
+    result = stream.to_pandas().sort_values(["user", "visit"], ignore_index=True)
+    assert sorted(result.n) == list(frame.n)
+    prices = frame.set_index("n").price
+    for user, rows in result.groupby("user"):
+        assert list(rows.visit) == list(range(1, (frame.user == user).sum() + 1))
+        np.testing.assert_allclose(rows.running, np.cumsum(prices.loc[rows.n].to_numpy()), rtol=1e-9)
+    plan = compile_plan(p.operators, (stream.node_id,), p.config)
+    physical = FrameBuilder(spark_session(TEST_SPARK), plan).frame(stream.node_id)._jdf.queryExecution()
+    assert "Sort " not in physical.executedPlan().toString()  # Spark sorts nothing
+
+
+def test_process_without_order_by_groups_multi_column_float_keys_like_spark(tmp_path: Path) -> None:
+    """NaN is one key and -0.0 is 0.0 (Spark's grouping), with a string key beside them."""
+    rng = np.random.default_rng(5)
+    values = rng.choice([0.0, -0.0, 1.5, np.nan], 3_000)
+    tags = rng.choice(["a", "b"], 3_000)
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"k": pa.array(values, from_pandas=False), "tag": tags}), tmp_path / "x.parquet")
+    p = pipeline(2, **FIXED, **{"spark.sql.execution.arrow.maxRecordsPerBatch": "13"})
+    result = (
+        p.source(files(tmp_path))
+        .key_by("k", "tag")
+        .process(count_rows_by_tag, schema="k double, tag string, rows long", state={"rows": ValueState("int64")})
+        .to_pandas()
+    )
+    final = result.groupby([result.k.fillna(-1), "tag"]).rows.max().to_dict()
+    expected = pd.DataFrame({"k": np.nan_to_num(values + 0.0, nan=-1), "tag": tags}).value_counts().to_dict()
+    assert final == expected
+
+
+def count_rows_by_tag(batch: KeyedBatch, state: KeyedState) -> pa.Table:
+    seen = state["rows"]
+    total = seen.get().fill_null(0).to_numpy(zero_copy_only=False) + batch.counts
+    seen.update(pa.array(total))
+    return pa.table({"k": batch.keys.column("k"), "tag": batch.keys.column("tag"), "rows": total})
 
 
 def test_sinks_write_real_files(clicks: tuple[Path, pd.DataFrame], tmp_path: Path) -> None:

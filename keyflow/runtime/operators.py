@@ -174,8 +174,10 @@ def apply_keyed(
             for column in node.order_by:
                 if column not in frame.columns:
                     raise PlanError(f"operator {node.name!r}: order_by column {column!r} not found in {frame.columns}")
-            ordered = exchange(frame, keep_key_group=True).sortWithinPartitions(*node.keys)
-            return run(ordered, node.function, schema, dict(node.state), node.order_by)
+            exchanged = exchange(frame, keep_key_group=True)
+            if node.order_by:  # whole keys per call; without order_by the worker groups each batch by hashing
+                exchanged = exchanged.sortWithinPartitions(*node.keys)
+            return run(exchanged, node.function, schema, dict(node.state), node.order_by)
     except (AnalysisException, ParseException) as error:
         raise PlanError(f"operator {node.name!r} ({node.kind}: {_described(node)}): {first_line(str(error))}") from None
     raise AssertionError(node.kind)

@@ -75,11 +75,13 @@ class BatchMapper:
 
 
 class ProcessRunner:
-    """``process``: rows of one subtask arrive grouped by key (Spark sorts by key only).
+    """``process``: one call per Arrow batch of a subtask's rows, grouped by key.
 
-    With ``order_by``, every call receives whole keys sorted by ``order_by`` (Arrow sorts
-    each batch; the rows of the batch's last key wait for the next batch), so a key's rows
-    are seen in order. Without it, a key's rows may span calls and state carries them.
+    With ``order_by``, rows arrive sorted by key (Spark sorts them) and every call receives
+    whole keys sorted by ``order_by`` (Arrow sorts each batch; the rows of the batch's last
+    key wait for the next batch), so a key's rows are seen in order. Without it, rows arrive
+    in any order and each batch is grouped by hashing its keys (no sort anywhere); a key's
+    rows may span calls, in arrival order, and state carries them.
     """
 
     def __init__(
@@ -121,20 +123,8 @@ class ProcessRunner:
         self._store = self.keyed_state.open(self.state, self._subtask, *self._range)
         self._kinds = {name: view_kind(descriptor) for name, descriptor in self.state.items()}
         self._reports: list[pa.Table] = []
-        pending: pa.Table | None = None
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            table = pa.Table.from_batches([batch])
-            if pending is not None:
-                table = pa.concat_tables([pending, table])
-            if self.order_by:
-                cut = _last_key_start(table, self.keys)
-                table, pending = table.slice(0, cut), table.slice(cut)
-            if table.num_rows:
-                yield from self._run(table)
-        if pending is not None and pending.num_rows:
-            yield from self._run(pending)
+        for table in _whole_keys(batches, self.keys) if self.order_by else _tables(batches):
+            yield from self._run(table)
         self.keyed_state.close(self._store, self._subtask, *self._range)
         if self._reports:
             self.keyed_state.report_keys(pa.concat_tables(self._reports), *self._range)
@@ -155,7 +145,9 @@ class ProcessRunner:
         first, last = self._range
         if self.verify and (key_groups.min() < first or key_groups.max() > last):
             raise WorkerError(f"{WORKER_ERROR_MARKER}{self._outside_range(table, key_groups, first, last)}")
-        keyed = KeyedBatch.from_sorted(table.drop_columns([KEY_GROUP_COLUMN]), self.keys, key_groups, self._subtask)
+        rows = table.drop_columns([KEY_GROUP_COLUMN])
+        group = KeyedBatch.from_sorted if self.order_by else KeyedBatch.from_rows
+        keyed = group(rows, self.keys, key_groups, self._subtask)
         slots, previous = self._store.slots_and_key_groups(keyed.keys, keyed.key_groups)
         if self.report_keys:
             self._report(keyed.keys, keyed.key_groups, previous)
@@ -182,9 +174,26 @@ class ProcessRunner:
         )
 
 
-def _last_key_start(table: pa.Table, keys: tuple[str, ...]) -> int:
-    """Where the rows of the table's last key begin (rows are grouped by key)."""
-    return int(np.flatnonzero(key_boundaries(table, keys))[-1])
+def _tables(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
+    """Spark's Arrow batches as tables, one per call of the function."""
+    for batch in batches:
+        if batch.num_rows:
+            yield pa.Table.from_batches([batch])
+
+
+def _whole_keys(batches: Iterator[pa.RecordBatch], keys: tuple[str, ...]) -> Iterator[pa.Table]:
+    """Rows sorted by key (Spark sorted them) cut into tables of whole keys: the rows of each
+    batch's last key wait for the next batch."""
+    pending: pa.Table | None = None
+    for table in _tables(batches):
+        if pending is not None:
+            table = pa.concat_tables([pending, table])
+        cut = int(np.flatnonzero(key_boundaries(table, keys))[-1])
+        table, pending = table.slice(0, cut), table.slice(cut)
+        if table.num_rows:
+            yield table
+    if pending is not None:
+        yield pending
 
 
 def view_kind(descriptor: StateDescriptor) -> type[ValueStateView]:

@@ -17,6 +17,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from keyflow.state.grouping import grouping_order, key_codes
 from keyflow.state.memory import KeyedStateStore, Slots
 
 
@@ -59,6 +60,28 @@ class KeyedBatch:
         """Each key's value at its last row (e.g. the running sum to store as state)."""
         last: npt.NDArray[Any] = np.asarray(values)[self.starts + self.counts - 1]
         return last
+
+    @staticmethod
+    def from_rows(
+        data: pa.Table, key_names: tuple[str, ...], key_groups: npt.NDArray[np.int32], subtask: int
+    ) -> KeyedBatch:
+        """Group rows in any order by key (hashing, no sort): keys in order of first appearance,
+        each key's rows in their order in ``data``."""
+        codes, distinct = key_codes(data, key_names)
+        order = grouping_order(codes, distinct)
+        key_index = codes[order]
+        counts = np.bincount(key_index, minlength=distinct).astype(np.int64)
+        starts = (np.cumsum(counts) - counts).astype(np.int64)
+        first_rows = order[starts]
+        return KeyedBatch(
+            data=data.take(pa.array(order)),
+            keys=data.select(list(key_names)).take(pa.array(first_rows)),
+            key_index=key_index,
+            starts=starts,
+            counts=counts,
+            key_groups=key_groups[first_rows],
+            subtask=subtask,
+        )
 
     @staticmethod
     def from_sorted(
