@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -55,17 +56,41 @@ def keyed_exchange(
     operator downstream. With ``fail_on_null``, a row whose key has a null stops the job
     with that message.
     """
-    key_group = key_group_column(list(keys), max_parallelism)
+    key_group, route, check = _routing(keys, max_parallelism, parallelism, keep_key_group, fail_on_null, _jvm())
     if keep_key_group:
         frame = frame.withColumn(KEY_GROUP_COLUMN, key_group)
-        key_group = F.col(KEY_GROUP_COLUMN)
-    route = route_column(subtask_column(key_group, max_parallelism, parallelism), parallelism)
+    if check is not None:  # Spark's one-partition exchange never evaluates its expression
+        frame = frame.filter(check)
+    return frame.repartition(parallelism, route)
+
+
+def _jvm() -> int:
+    """Which JVM the columns belong to (a cache key: columns are JVM objects)."""
+    return id(SparkContext._gateway)
+
+
+@lru_cache(maxsize=256)
+def _routing(
+    keys: tuple[str, ...],
+    max_parallelism: int,
+    parallelism: int,
+    keep_key_group: bool,
+    fail_on_null: str | None,
+    jvm: int,
+) -> tuple[Column, Column, Column | None]:
+    """The key-group column, the routing column and (at parallelism 1 with ``fail_on_null``) a
+    filter that checks nulls: built once per shape, because each Py4J call to build a column
+    costs ~1 ms, ~0.1 s per exchange that a streaming job would pay every micro-batch."""
+    key_group = key_group_column(list(keys), max_parallelism)
+    routed_key_group = F.col(KEY_GROUP_COLUMN) if keep_key_group else key_group
+    route = route_column(subtask_column(routed_key_group, max_parallelism, parallelism), parallelism)
+    check = None
     if fail_on_null is not None:
-        check = F.when(null_key_condition(keys), F.raise_error(F.lit(fail_on_null)))
-        if parallelism == 1:  # Spark's one-partition exchange never evaluates its expression
-            frame = frame.filter(check.otherwise(F.lit(True)))
-        route = check.otherwise(route)
-    return frame.repartition(parallelism, route.alias(_ROUTE))
+        raise_on_null = F.when(null_key_condition(keys), F.raise_error(F.lit(fail_on_null)))
+        if parallelism == 1:
+            check = raise_on_null.otherwise(F.lit(True))
+        route = raise_on_null.otherwise(route)
+    return key_group, route.alias(_ROUTE), check
 
 
 def null_key_condition(keys: tuple[str, ...]) -> Column:

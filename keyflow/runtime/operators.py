@@ -126,12 +126,17 @@ def apply_keyed(
         return keyed_exchange(rows, node.keys, max_parallelism, parallelism, keep_key_group, fail_message)
 
     def run(
-        exchanged: DataFrame, function: Any, schema: pa.Schema, state: Mapping[str, Any], order_by: tuple
+        exchanged: DataFrame,
+        function: Any,
+        schema: pa.Schema,
+        state: Mapping[str, Any],
+        order_by: tuple,
+        unique_keys: bool = False,
     ) -> DataFrame:
         runner = ProcessRunner(
             function, schema, node.keys, order_by, state, max_parallelism, parallelism,
             f"{node.kind} {node.name!r}", keyed_state or MemoryState(), node.reinterpreted, verify, report_keys,
-            decided[0], side,
+            decided[0], side, unique_keys,
         )  # fmt: skip
         return map_in_arrow(exchanged, runner, schema, node)
 
@@ -168,7 +173,7 @@ def apply_keyed(
                     output.append(types.field(f"__{aggregate.name}").with_name(aggregate.name))
             state = {column: ValueState(types.field(column).type) for column in partials}
             merge = PartialMerge(aggregates, node.keys)
-            return run(exchange(partial, keep_key_group=True), merge, pa.schema(output), state, ())
+            return run(exchange(partial, keep_key_group=True), merge, pa.schema(output), state, (), unique_keys=True)
         if isinstance(node, nodes.ProcessNode):
             schema = _arrow_schema(node.schema, node, session_timezone(frame))
             for column in node.order_by:

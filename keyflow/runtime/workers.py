@@ -100,17 +100,20 @@ class ProcessRunner:
         report_keys: bool = False,
         ranges: tuple[tuple[int, int], ...] | None = None,
         side: Broadcast[pa.Table] | None = None,
+        unique_keys: bool = False,
     ) -> None:
         """``report_keys``: a pre-keyed source's operator reports the keys new to its state and
         those seen under another key group, for the driver's one-split-per-key check.
         ``ranges``: each subtask's key groups where a batch job decided them from the bytes
         (auto-parallelism), instead of the even ranges of ``parallelism``. ``side``: a broadcast
-        side input (a Spark broadcast: shipped once per executor), passed whole to every call."""
+        side input (a Spark broadcast: shipped once per executor), passed whole to every call.
+        ``unique_keys``: each row has a key of its own (a streaming aggregate's merge receives
+        Spark's one row per key), so a batch needs no grouping."""
         self.function, self.schema, self.keys, self.order_by, self.state = function, schema, keys, order_by, state
         self.max_parallelism, self.parallelism, self.operator = max_parallelism, parallelism, operator
         self.keyed_state, self.reinterpreted, self.verify = keyed_state, reinterpreted, verify
         self.report_keys, self.ranges = report_keys, ranges
-        self.side = side
+        self.side, self.unique_keys = side, unique_keys
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
@@ -146,8 +149,11 @@ class ProcessRunner:
         if self.verify and (key_groups.min() < first or key_groups.max() > last):
             raise WorkerError(f"{WORKER_ERROR_MARKER}{self._outside_range(table, key_groups, first, last)}")
         rows = table.drop_columns([KEY_GROUP_COLUMN])
-        group = KeyedBatch.from_sorted if self.order_by else KeyedBatch.from_rows
-        keyed = group(rows, self.keys, key_groups, self._subtask)
+        if self.unique_keys:
+            keyed = _one_row_per_key(rows, self.keys, key_groups, self._subtask)
+        else:
+            group = KeyedBatch.from_sorted if self.order_by else KeyedBatch.from_rows
+            keyed = group(rows, self.keys, key_groups, self._subtask)
         slots, previous = self._store.slots_and_key_groups(keyed.keys, keyed.key_groups)
         if self.report_keys:
             self._report(keyed.keys, keyed.key_groups, previous)
@@ -172,6 +178,14 @@ class ProcessRunner:
             "declared (were the key columns changed?); use key_by(...), or set pipeline.pre-keyed.verify=off "
             "only if the keys are right"
         )
+
+
+def _one_row_per_key(
+    rows: pa.Table, keys: tuple[str, ...], key_groups: npt.NDArray[np.int32], subtask: int
+) -> KeyedBatch:
+    positions = np.arange(rows.num_rows, dtype=np.int64)
+    ones = np.ones(rows.num_rows, dtype=np.int64)
+    return KeyedBatch(rows, rows.select(list(keys)), positions, positions, ones, key_groups, subtask)
 
 
 def _tables(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:

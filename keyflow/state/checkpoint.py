@@ -280,15 +280,24 @@ def state_file_name(kind: str, first: int, last: int, digest: str) -> str:
     return f"{kind}-{first:05d}-{last:05d}.{digest}.parquet"
 
 
+def parquet_bytes(table: pa.Table) -> bytes:
+    """``table`` as LZ4-compressed Parquet. Keys are unique in every file keyflow writes, so
+    dictionary encoding and statistics go to the key-group column only: on other columns
+    they cost 3-5x the time of the whole write and save nothing (measured in
+    docs/benchmarks.md)."""
+    sink = pa.BufferOutputStream()
+    dictionary = [KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in table.column_names else False
+    pq.write_table(table, sink, compression="lz4", row_group_size=256 * 1024, use_dictionary=dictionary,
+                   write_statistics=dictionary)  # fmt: skip
+    return bytes(sink.getvalue().to_pybytes())
+
+
 def write_state_file(
     checkpoint: Checkpoint, uid: str, version: int, kind: str, first: int, last: int, table: pa.Table, keys: int
 ) -> None:
     """One subtask's state for one version, atomic, named by its checksum (the driver keeps the
     newest file of a subtask that a retried task wrote twice)."""
-    table = table.replace_schema_metadata({KEYS_METADATA: str(keys).encode()})
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="lz4", row_group_size=256 * 1024)
-    data = sink.getvalue().to_pybytes()
+    data = parquet_bytes(table.replace_schema_metadata({KEYS_METADATA: str(keys).encode()}))
     name = state_file_name(kind, first, last, checksum(data))
     checkpoint.write_atomically(f"{checkpoint.version_dir(uid, version)}/{name}", data)
 
@@ -314,9 +323,7 @@ def truncated(found: int, recorded: int) -> str:
 
 def write_table(checkpoint: Checkpoint, relative: str, table: pa.Table) -> tuple[int, str]:
     """Write ``table`` as Parquet; its size and checksum, for the manifest."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="lz4")
-    data = sink.getvalue().to_pybytes()
+    data = parquet_bytes(table)
     checkpoint.write_atomically(relative, data)
     return len(data), checksum(data)
 

@@ -69,6 +69,9 @@ def commit_micro_batch(
     started = time.perf_counter()
     plan, checkpoint = stream.plan, stream.checkpoint
     frame.sparkSession.conf.set("spark.sql.shuffle.partitions", str(plan.parallelism))
+    # One Spark job per micro-batch: adaptive execution would run each shuffle stage as a job of
+    # its own (~0.1 s apart) and coalesce the aggregation's partitions keyflow sized already.
+    frame.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")
     state = keyed_state(stream, batch)
     observation = Observation()
     source = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
