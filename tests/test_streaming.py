@@ -43,9 +43,6 @@ def test_restart_at_another_parallelism_continues_the_state(spark, tmp_path: Pat
     append(tmp_path / "log", first)
     result = totals_pipeline(tmp_path, 2).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
     assert len(result.batches) >= 2  # rows_per_batch splits the backlog into several micro-batches
-    # Spark's own time of each committed batch: at least keyflow's part of it
-    assert sorted(result.trigger_seconds) == [batch.batch for batch in result.batches]
-    assert all(result.trigger_seconds[b.batch] >= b.seconds * 0.9 for b in result.batches)
     assert_totals(tmp_path, first)
 
     second = events(1_500, 150, start=2_000, seed=2)

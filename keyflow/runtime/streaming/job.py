@@ -146,18 +146,11 @@ class StreamingJob:
             try:
                 ended = not self._query.isActive
                 self._query.stop()
-                self._record_trigger_times()
             finally:
                 if self._autoscaler is not None:
                     outcome = "failed" if self._error is not None else "finished" if ended else "canceled"
                     self._autoscaler.close(outcome, self._error)
                 unlock(self._held)
-
-    def _record_trigger_times(self) -> None:
-        committed = {batch.batch for batch in self.result.batches}
-        for progress in self._query.recentProgress:
-            if progress.batchId in committed:
-                self.result.trigger_seconds[progress.batchId] = progress.durationMs["triggerExecution"] / 1000
 
     def _guard(self, action: Callable[[], Any]) -> Any:
         try:

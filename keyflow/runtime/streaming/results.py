@@ -28,10 +28,6 @@ class StreamingResult:
     plan: JobGraph
     checkpoint: str
     batches: list[BatchMetrics] = field(default_factory=list)
-    # Each committed micro-batch's whole time as Spark's query reports it (``triggerExecution``:
-    # offsets, planning, the batch, Spark's commit), by batch: what a Structured Streaming
-    # query reports for itself, so the two compare like for like. Filled when the job stops.
-    trigger_seconds: dict[int, float] = field(default_factory=dict)
 
     @property
     def output_rows(self) -> dict[str, int]:
