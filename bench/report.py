@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -32,6 +33,27 @@ def best_seconds(run: Callable[[], object], repeats: int = 3) -> float:
         run()
         timings.append(time.perf_counter() - start)
     return min(timings)
+
+
+def alternating_seconds(runs: dict[str, Callable[[], object]], repeats: int = 3) -> dict[str, list[float]]:
+    """Wall-clock seconds of each run, ``repeats`` rounds with the runs alternating, so a slow
+    spell of a shared machine falls on both sides."""
+    timings: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            timings[name].append(time.perf_counter() - start)
+    return timings
+
+
+def emit_best_and_median(
+    bench: str, metric: str, unit: str, keyflow: list[float], peer: str, peer_values: list[float]
+) -> None:
+    """Two lines per figure: the best (least disturbed) of the runs and their median."""
+    emit(bench, f"{metric} (best of {len(keyflow)})", unit, min(keyflow), peer, min(peer_values))
+    emit(bench, f"{metric} (median of {len(keyflow)})", unit, statistics.median(keyflow), peer,
+         statistics.median(peer_values))  # fmt: skip
 
 
 def progress(message: str) -> None:
