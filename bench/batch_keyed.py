@@ -28,7 +28,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bench.report import alternating_seconds, emit_best_and_median, progress
+from bench.report import PeakWorkerMemory, alternating_seconds, emit, emit_best_and_median, progress
 from keyflow import KeyedBatch, KeyedState, Pipeline, ValueState, blackhole, datagen, random_float, random_int, sequence
 from keyflow.connectors.datagen import DatagenSource
 from keyflow.runtime.session import spark_session
@@ -140,21 +140,24 @@ def compare_process(
     cases = [(args.rows, args.keys)] + ([(args.many_keys_rows, args.many_keys)] if args.many_keys else [])
     for row_count, keys in cases:
         progress(f"running state ({kind}): {row_count:,} rows, {keys:,} keys")
-        seconds = alternating_seconds(
-            {
-                "keyflow": keyflow_pipeline(row_count, keys, args.parallelism, kind).run,
-                "peer": lambda row_count=row_count, keys=keys: noop(
-                    source(row_count, keys)
-                    .read(spark, args.parallelism)
-                    .groupBy("user")
-                    .applyInPandas(peer, SPEND_SCHEMA)
-                ),
-            },
-            args.repeats,
-        )
+        runs = {
+            "keyflow": keyflow_pipeline(row_count, keys, args.parallelism, kind).run,
+            "peer": lambda row_count=row_count, keys=keys: noop(
+                source(row_count, keys).read(spark, args.parallelism).groupBy("user").applyInPandas(peer, SPEND_SCHEMA)
+            ),
+        }
+        seconds = alternating_seconds(runs, args.repeats)
         name = "keyed_running_state" if kind == "process" else "keyed_running_state_arrival_order"
         metric = name if keys == args.keys else f"{name}_{row_count}_rows_{keys}_keys"
         emit_best_and_median("batch_keyed", metric, "s", seconds["keyflow"], "pyspark-applyInPandas", seconds["peer"])
+        if keys == args.keys:  # one more run of each side, untimed, for the workers' memory
+            peaks = {}
+            for side, run in runs.items():
+                with PeakWorkerMemory() as memory:
+                    run()
+                peaks[side] = memory.peak / 2**20
+            emit("batch_keyed", f"{metric}_peak_worker_rss", "MiB", peaks["keyflow"], "pyspark-applyInPandas",
+                 peaks["peer"])  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 from typing_extensions import override
 
-from bench.report import emit, progress
+from bench.report import emit, emit_best_and_median, progress
 from keyflow import Pipeline, blackhole, files
 from keyflow.runtime.session import spark_session
 from keyflow.runtime.streaming import BatchMetrics
@@ -69,7 +69,12 @@ def uniform_batches(count: int, rows: int, keys: int, seed: int) -> list[np.ndar
 
 
 def keyflow_run(
-    data: Path, work: Path, parallelism: int, rescale: list[int] | None = None, max_parallelism: int = 27720
+    data: Path,
+    work: Path,
+    parallelism: int,
+    rescale: list[int] | None = None,
+    max_parallelism: int = 27720,
+    where: str = "true",
 ) -> list[BatchMetrics]:
     """All batches through a keyflow streaming aggregate; ``rescale[i]`` is the parallelism from batch i.
     Without a rescale each batch's ``seconds`` is Spark's ``triggerExecution`` of it, the peer's measure."""
@@ -84,7 +89,7 @@ def keyflow_run(
         },
     )
     source = files(data, schema="k long, v double", watch=True, maxFilesPerTrigger="1")
-    pipeline.source(source).key_by("k").aggregate(n="count(*)", s="sum(v)").sink(blackhole())
+    pipeline.source(source).filter(where).key_by("k").aggregate(n="count(*)", s="sum(v)").sink(blackhole())
     if rescale is None:
         started = len(TRIGGERS.queries)
         batches = pipeline.run(checkpoint=str(work / "ckpt"), available_now=True).batches
@@ -139,12 +144,13 @@ class TriggerTimes(StreamingQueryListener):
 TRIGGERS = TriggerTimes()
 
 
-def spark_run(spark: SparkSession, data: Path, work: Path, provider: str) -> list[float]:
+def spark_run(spark: SparkSession, data: Path, work: Path, provider: str, where: str = "true") -> list[float]:
     """The same aggregate as a Structured Streaming query; seconds per micro-batch."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[provider])
     stream = spark.readStream.schema("k long, v double").option("maxFilesPerTrigger", 1).parquet(str(data))
     query = (
-        stream.groupBy("k")
+        stream.filter(where)
+        .groupBy("k")
         .agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s"))
         .writeStream.outputMode("update")
         .format("noop")
@@ -154,6 +160,31 @@ def spark_run(spark: SparkSession, data: Path, work: Path, provider: str) -> lis
     )
     query.awaitTermination()
     return [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress if p["numInputRows"] > 0]
+
+
+def fixed_cost(work: Path, args: argparse.Namespace) -> None:
+    """What a micro-batch costs where there is almost nothing to do: 1,000 rows (1,000 keys),
+    and the same batches with a filter that leaves the aggregate no row. Median of the steady
+    batches, best and median of ``--runs`` runs; both sides timed by Spark's triggerExecution."""
+    data = work / "small"
+    write_batches(data, uniform_batches(args.files, 1_000, 1_000, seed=7), seed=7)
+    spark = spark_session({"spark.master": f"local[{args.parallelism}]"}, app_name="bench")
+    # v * 0 > 1 holds for no row, and Parquet cannot skip on it: every side still reads its rows.
+    for label, where in (("1000 rows, 1000 keys", "true"), ("empty after a filter", "v * 0 > 1")):
+        medians: dict[str, list[float]] = {"keyflow": [], "peer": []}
+        for run in range(args.runs):
+            progress(f"micro-batch fixed cost, {label}, run {run + 1}/{args.runs}")
+            name = f"{label[:5].strip()}-{run}"
+            batches = keyflow_run(data, work / f"kf-small-{name}", args.parallelism, where=where)
+            medians["keyflow"].append(statistics.median(b.seconds for b in batches[1:]))
+            spark.conf.set("spark.sql.shuffle.partitions", str(args.parallelism))
+            medians["peer"].append(
+                statistics.median(spark_run(spark, data, work / f"ss-small-{name}", "hdfs", where)[1:])
+            )
+        emit_best_and_median(
+            "streaming_state", f"micro-batch time, {label} (median steady batch)", "s", medians["keyflow"],
+            "Structured Streaming hdfs state store", medians["peer"],
+        )  # fmt: skip
 
 
 def steady_rate(rows: int, seconds: list[float]) -> float:
@@ -288,7 +319,7 @@ def main() -> None:
     parser.add_argument("--scaling-batches", type=int, default=6)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3, help="runs of each system in the throughput comparison")
-    parser.add_argument("--only", choices=["throughput", "scaling", "rescale", "k-cost"])
+    parser.add_argument("--only", choices=["throughput", "fixed-cost", "scaling", "rescale", "k-cost"])
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="keyflow-bench-"))
     try:
@@ -297,6 +328,8 @@ def main() -> None:
         if args.only in (None, "throughput"):
             for keys in args.keys:
                 throughput(work, args, keys)
+        if args.only in (None, "fixed-cost"):
+            fixed_cost(work, args)
         if args.only in (None, "scaling"):
             scaling(work, args)
         if args.only in (None, "rescale"):

@@ -204,7 +204,7 @@ def test_streaming_aggregate_after_it_emits_what_key_by_emits(tmp_path: Path) ->
     pd.testing.assert_frame_equal(outputs["reinterpret"], outputs["key_by"], check_dtype=False)
 
     with pytest.raises(PlanError, match=r"operator 'aggregate' \(uid 'aggregate\[user\]'\) keeps .*'layout': "
-                       r"'retracting'.* holds .*'layout': 'partials'"):  # fmt: skip
+                       r"'running'.* holds .*'layout': 'partials'"):  # fmt: skip
         totals_then_aggregate(tmp_path, "reinterpret").run(checkpoint=str(tmp_path / "ckpt-key_by"), available_now=True)
 
 

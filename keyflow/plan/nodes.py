@@ -113,12 +113,22 @@ class AggregateNode(KeyedNode):
     changelog_input: bool = False  # rows carry row kinds to retract (else: all inserts)
     kind: ClassVar[str] = "aggregate"
 
+    @property
+    def retracting(self) -> bool:
+        """Keeps what retraction needs (value multisets for min, max and distinct counts):
+        over a changelog, or in the worker (after reinterpret_as_keyed) with a DISTINCT, which
+        running partials cannot hold."""
+        distinct = any("distinct" in expression.lower() for expression in self.aggregations.values())
+        return self.changelog or (self.reinterpreted and distinct)
+
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {"keys": list(self.keys), "aggregations": dict(self.aggregations)}
         if self.changelog:
             described["changelog"] = True
-        if self.changelog or self.reinterpreted:  # state kept for retraction, not running partials
+        if self.retracting:  # state kept for retraction, not running partials
             described["state_layout"] = "retracting"
+        elif self.reinterpreted:  # running partials merged in the worker, not Spark's
+            described["state_layout"] = "running"
         return described
 
 

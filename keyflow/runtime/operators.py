@@ -21,7 +21,7 @@ from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
 from keyflow.plan.descriptors import ValueState
 from keyflow.plan.graph import Operator
-from keyflow.runtime.aggregates import PartialMerge, mergeable_aggregates, retracting_aggregates
+from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, mergeable_aggregates, retracting_aggregates
 from keyflow.runtime.changelog import (
     ROWS,
     SIGN,
@@ -150,6 +150,8 @@ def apply_keyed(
             return run(exchanged, normalize, output, Normalize.state(types, node.keys), (OFFSET,))
         if isinstance(node, nodes.AggregateNode) and node.changelog:
             return _retracting_aggregate(node, frame, exchange, run)
+        if isinstance(node, nodes.AggregateNode) and node.reinterpreted and not node.retracting:
+            return _running_aggregate(node, frame, exchange, run)
         if isinstance(node, nodes.AggregateNode) and node.reinterpreted:
             # No exchange, so no Spark groupBy (it would shuffle): whole keys aggregated in the worker,
             # and, like key_by's aggregate, each changed key's new values without row kinds.
@@ -186,6 +188,27 @@ def apply_keyed(
     except (AnalysisException, ParseException) as error:
         raise PlanError(f"operator {node.name!r} ({node.kind}: {_described(node)}): {first_line(str(error))}") from None
     raise AssertionError(node.kind)
+
+
+def _running_aggregate(node: nodes.AggregateNode, frame: DataFrame, exchange: Any, run: Any) -> DataFrame:
+    """An aggregate after reinterpret_as_keyed: no exchange, so no Spark groupBy (it would
+    shuffle). Spark evaluates each argument; the worker groups rows by hashing (no sort),
+    merges running partials and emits each touched key once, as key_by's aggregate does."""
+    where = "after reinterpret_as_keyed (it runs in the worker; use key_by for others)"
+    aggregates = retracting_aggregates(frame.sparkSession, node.name, dict(node.aggregations), where)
+    arguments = [F.expr(a.argument).alias(f"__arg_{a.name}") for a in aggregates if a.argument is not None]
+    carried = [F.col(KEY_GROUP_COLUMN)] if KEY_GROUP_COLUMN in frame.columns else []  # a pre-keyed source's
+    prepared = frame.select(*[F.col(key) for key in node.keys], *arguments, *carried)
+    types = to_arrow_schema(prepared.schema, timezone=session_timezone(frame))
+    specs = tuple(
+        dataclasses.replace(a, argument=None if a.argument is None else f"__arg_{a.name}") for a in aggregates
+    )
+    output = [types.field(key) for key in node.keys]
+    for spec in specs:
+        argument_type = None if spec.argument is None else types.field(spec.argument).type
+        output.append(pa.field(spec.name, spec.output_type(argument_type)))
+    function = RunningAggregate(node.keys, specs)
+    return run(exchange(prepared, keep_key_group=True), function, pa.schema(output), function.state(specs, types), ())
 
 
 def _retracting_aggregate(node: nodes.AggregateNode, frame: DataFrame, exchange: Any, run: Any) -> DataFrame:

@@ -128,6 +128,10 @@ class ProcessRunner:
         self._reports: list[pa.Table] = []
         for table in _whole_keys(batches, self.keys) if self.order_by else _tables(batches):
             yield from self._run(table)
+        finish = getattr(self.function, "finish", None)  # keyflow's own functions that emit once per subtask
+        if finish is not None and len(touched := self._store.touched()):
+            state = KeyedState(self._store, touched, self._kinds)
+            yield from conform(finish(self._store.keys(touched), state), self.schema, self.operator).to_batches()
         self.keyed_state.close(self._store, self._subtask, *self._range)
         if self._reports:
             self.keyed_state.report_keys(pa.concat_tables(self._reports), *self._range)
@@ -164,7 +168,8 @@ class ProcessRunner:
         state = KeyedState(self._store, slots, self._kinds)
         arguments = () if self.side is None else (self.side.value,)
         result = _call_user(self.function, self.operator, keyed, state, *arguments)
-        yield from conform(result, self.schema, self.operator).to_batches()
+        if result is not None or not hasattr(self.function, "finish"):
+            yield from conform(result, self.schema, self.operator).to_batches()
 
     def _outside_range(self, table: pa.Table, key_groups: npt.NDArray[np.int32], first: int, last: int) -> str:
         outside = np.flatnonzero((key_groups < first) | (key_groups > last))

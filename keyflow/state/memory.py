@@ -189,9 +189,13 @@ class KeyedStateStore:
         self._touched[slots] = True
         return slots, previous
 
+    def touched(self) -> Slots:
+        """Slots touched since the last :meth:`take_touched` (kept for it)."""
+        return np.flatnonzero(self._touched[: len(self)]).astype(np.int64)
+
     def take_touched(self) -> Slots:
         """Slots touched since the last call (and forget them)."""
-        touched = np.flatnonzero(self._touched[: len(self)]).astype(np.int64)
+        touched = self.touched()
         self._touched[:] = False
         return touched
 
@@ -211,19 +215,23 @@ class KeyedStateStore:
             live |= column.valid(len(self))
         return np.flatnonzero(live).astype(np.int64)
 
-    def to_table(self, slots: Slots) -> pa.Table:
-        """Keys, key group and every state of ``slots`` as one Arrow table (the state file format)."""
+    def keys(self, slots: Slots) -> pa.Table:
+        """The keys of ``slots``, as the key columns they came in."""
         schema = self._key_schema or pa.schema([])
         keys = self._index.take(slots)
         frame = keys.to_frame(index=False) if isinstance(keys, pd.MultiIndex) else pd.DataFrame({0: keys})
-        key_columns = [
+        columns = [
             pa.array(frame.iloc[:, position], from_pandas=True).cast(field.type)
             for position, field in enumerate(schema)
         ]
-        columns = [*key_columns, pa.array(self._key_groups[slots], pa.int32())]
-        columns += [column.get(slots) for column in self.columns.values()]
-        names = [*schema.names, KEY_GROUP_COLUMN, *self.columns]
-        return pa.Table.from_arrays(columns, names=names)
+        return pa.Table.from_arrays(columns, schema=schema)
+
+    def to_table(self, slots: Slots) -> pa.Table:
+        """Keys, key group and every state of ``slots`` as one Arrow table (the state file format)."""
+        table = self.keys(slots).append_column(KEY_GROUP_COLUMN, pa.array(self._key_groups[slots], pa.int32()))
+        for name, column in self.columns.items():
+            table = table.append_column(name, column.get(slots))
+        return table
 
     def upsert(self, table: pa.Table) -> None:
         """Write rows of the state file format into this store (later rows of a key win)."""
