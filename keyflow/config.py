@@ -255,8 +255,8 @@ OPTIONS: dict[str, Option] = {
             AUTO_PARALLELISM + "max-broadcast-ratio",
             _ratio,
             0.5,
-            "Batch auto-parallelism (keyflow's; Flink fixes it at 0.5): broadcast input counts in the formula up to "
-            "this fraction of avg-data-volume-per-task.",
+            "Batch auto-parallelism (keyflow's; Flink 1.15/1.16 fix it at 0.5, 1.17+ ignore broadcast bytes): "
+            "broadcast input counts in the formula up to this fraction of avg-data-volume-per-task.",
         ),
         Option(
             AUTO_PARALLELISM + "balance",

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from keyflow import KeyflowError, Log, Pipeline, PlanError, datagen, files, log, parquet, random_float, random_int
+from keyflow.state.checkpoint import Checkpoint
 from tests.streams import EVENTS, TOTAL_SCHEMA, TOTAL_STATE, append, config, events, expected_totals, read_output
 
 
@@ -125,7 +126,7 @@ def test_changed_key_type_is_refused(spark, tmp_path: Path) -> None:
 
 
 def test_batches_that_leave_a_keyed_operator_without_rows_commit(spark, tmp_path: Path) -> None:
-    """Spark skips the tasks of an empty stage; their state is unchanged and the stream goes on."""
+    """A keyed subtask without rows writes no state file (its state is unchanged) and the stream goes on."""
     quiet = events(300, 10, start=0, seed=1)
     append(tmp_path / "log", quiet)
 
@@ -140,6 +141,8 @@ def test_batches_that_leave_a_keyed_operator_without_rows_commit(spark, tmp_path
     run()
     append(tmp_path / "log", pd.DataFrame({"user": ["u1"], "amount": [0], "seq": [600]}))
     run()  # a batch in which the filter keeps nothing
+    empty = Checkpoint(str(tmp_path / "ckpt")).versions()[-1]
+    assert not list((tmp_path / "ckpt" / "state").glob(f"*/v-{empty:010d}/*"))  # no subtask restored or wrote
     append(tmp_path / "log", loud)
     run()
     everything = pd.concat([quiet, loud])

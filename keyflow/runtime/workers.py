@@ -6,6 +6,7 @@ Both runners are pickled to the workers by ``mapInArrow``. Every failure is re-r
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -123,10 +124,14 @@ class ProcessRunner:
             if self.ranges
             else key_group_range(self.max_parallelism, self.parallelism, self._subtask)
         )
+        tables = _whole_keys(batches, self.keys) if self.order_by else _tables(batches)
+        first = next(tables, None)
+        if first is None and not self.keyed_state.must_write(self._subtask):
+            return  # no rows: nothing to restore, nothing to write (a micro-batch a filter emptied)
         self._store = self.keyed_state.open(self.state, self._subtask, *self._range)
         self._kinds = {name: view_kind(descriptor) for name, descriptor in self.state.items()}
         self._reports: list[pa.Table] = []
-        for table in _whole_keys(batches, self.keys) if self.order_by else _tables(batches):
+        for table in itertools.chain([first] if first is not None else [], tables):
             yield from self._run(table)
         finish = getattr(self.function, "finish", None)  # keyflow's own functions that emit once per subtask
         if finish is not None and len(touched := self._store.touched()):

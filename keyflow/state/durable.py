@@ -32,6 +32,9 @@ class MemoryState:
     def close(self, store: KeyedStateStore, subtask: int, first: int, last: int) -> None:
         return None
 
+    def must_write(self, subtask: int) -> bool:
+        return False
+
     def report_keys(self, keys: pa.Table, first: int, last: int) -> None:
         return None  # batch runs read no pre-keyed sources
 
@@ -98,6 +101,11 @@ class CheckpointedState:
         checkpoint = Checkpoint(self.checkpoint_uri)
         write_state_file(checkpoint, self.uid, self.version, kind, first, last, table, len(live))
         _CACHE.put((self.checkpoint_id, self.uid), self.run_id, _Entry(first, last, self.version, store))
+
+    def must_write(self, subtask: int) -> bool:
+        """Whether the subtask writes a file even with no input: a compaction is due. Otherwise
+        a subtask without rows writes nothing, as one Spark skipped: its state did not change."""
+        return subtask in self.compact
 
     def report_keys(self, keys: pa.Table, first: int, last: int) -> None:
         """Keys of a pre-keyed operator to check (see ``keyflow.state.splits``), next to the

@@ -85,8 +85,8 @@ def commit_micro_batch(
         written: list[StateFile] = []
         operators = {}
         for uid in state:
-            # A subtask Spark skipped (no input rows: adaptive execution drops empty
-            # stages) wrote no file: its state did not change.
+            # A subtask without input rows wrote no file (unless a compaction was due):
+            # its state did not change.
             new = checkpoint.written_files(uid, batch)
             written += new
             previous = stream.manifest.operators.get(uid, []) if stream.manifest else []
