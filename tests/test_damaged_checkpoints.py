@@ -169,8 +169,9 @@ def test_damage_is_one_error_with_the_way_back_and_changes_nothing(
     assert fingerprint(base / "ckpt") == before  # a failed start changes nothing
 
 
-@pytest.mark.parametrize("case", ["delta-altered", "full-deleted", "manifest-torn", "plan-deleted",
-                                  "manifest-of-another-pipeline", "plan-of-another-checkpoint"])  # fmt: skip
+# One damage per way back: two versions rolled back (their output moved aside), a manifest that
+# cannot be listed (its output removed by the restart), nothing to roll back (plan.json rewritten).
+@pytest.mark.parametrize("case", ["full-deleted", "manifest-torn", "plan-deleted"])
 def test_rollback_then_resume_equals_pandas(case: str, other_pipeline: Path, tmp_path: Path) -> None:
     base = build_checkpoint(tmp_path)
     other_output = fingerprint(other_pipeline)

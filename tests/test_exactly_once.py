@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from keyflow.runtime.streaming import FAULT_ENV
 from tests.streams import append, events, expected_totals, read_output
@@ -28,16 +27,18 @@ def run_job(tmp: Path, parallelism: int, fault: str | None = None) -> subprocess
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize(
-    "fault",
-    ["start:1", "after-sink-write:1", "after-commit:2", "after-publish:1"],
-)
-def test_killed_driver_restarts_to_the_same_output(tmp_path: Path, fault: str) -> None:
-    data = events(3_000, 200, start=0, seed=5)  # 700 rows per batch: batches 0..4
+# Each crash point in turn, on one checkpoint: every restart recovers from the crash before it
+# (at another parallelism) and then crashes at the next point.
+CRASHES = [("start:1", 2), ("after-sink-write:2", 3), ("after-commit:3", 2), ("after-publish:4", 3)]
+
+
+def test_killed_driver_restarts_to_the_same_output(tmp_path: Path) -> None:
+    data = events(4_200, 200, start=0, seed=5)  # 700 rows per batch: batches 0..5
     append(tmp_path / "log", data)
-    crashed = run_job(tmp_path, 2, fault)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
-    resumed = run_job(tmp_path, 3)  # and restarted at another parallelism
+    for fault, parallelism in CRASHES:
+        crashed = run_job(tmp_path, parallelism, fault)
+        assert crashed.returncode == -signal.SIGKILL, f"{fault}: {crashed.stdout}{crashed.stderr}"
+    resumed = run_job(tmp_path, 1)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     got = read_output(tmp_path / "out").sort_values("seq").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected_totals(data).reset_index(drop=True), check_dtype=False)
