@@ -293,6 +293,19 @@ def test_a_new_key_in_two_splits_of_one_batch_is_caught(tmp_path: Path) -> None:
     assert Checkpoint(str(tmp_path / "ckpt")).versions() == []
 
 
+def test_an_aggregate_alone_names_the_key_in_two_splits_not_its_neighbour(tmp_path: Path) -> None:
+    """The aggregate groups rows by hashing (arrival order differs from grouped order): the key
+    reported is the one whose rows came from two splits."""
+    Log.create(tmp_path / "log", 2, EVENTS)
+    append_to_split(tmp_path / "log", pd.DataFrame({"user": ["x", "y"], "amount": [1, 2], "seq": [0, 1]}), 0)
+    append_to_split(tmp_path / "log", pd.DataFrame({"user": ["x"], "amount": [3], "seq": [2]}), 1)
+    p = Pipeline(config=config(1))
+    keyed = p.source(log(str(tmp_path / "log"))).reinterpret_as_keyed("user")
+    keyed.aggregate(n="count(*)").sink(parquet(str(tmp_path / "sums")))
+    with pytest.raises(PipelineError, match=r"key \{'user': 'x'\} in splits 0 and 1 \(micro-batch 0\)"):
+        p.run(str(tmp_path / "ckpt"), available_now=True)
+
+
 def test_warn_counts_keys_in_two_splits_and_goes_on(tmp_path: Path) -> None:
     rows = pd.DataFrame({"user": ["x", "y", "z"], "amount": [1, 2, 3], "seq": [0, 1, 2]})
     Log.create(tmp_path / "log", 2, EVENTS)

@@ -112,3 +112,24 @@ def test_an_integer_sum_beyond_64_bits_fails_as_in_spark() -> None:
     )
     with pytest.raises(RuntimeError, match="overflows a 64-bit integer"):
         run(frame, 10)
+
+
+def test_a_nan_key_stays_nan_and_an_all_nan_group_is_nan() -> None:
+    """Spark groups NaN keys together and emits them as NaN (not null); a key whose values are
+    all NaN has NaN as both its min and its max."""
+    keys = [np.nan, 1.0, np.nan, 1.0, -0.0, 0.0]
+    values = [np.nan, 2.0, np.nan, np.nan, 3.0, 4.0]
+    table = pa.table({"k": keys, "v": values, KEY_GROUP_COLUMN: pa.array(np.zeros(len(keys), np.int32))})
+    aggregates = (Retracting("n", "count", None), Retracting("low", "min", "v"), Retracting("high", "max", "v"))
+    output = pa.schema([("k", pa.float64()), ("n", pa.int64()), ("low", pa.float64()), ("high", pa.float64())])
+    function = RunningAggregate(("k",), aggregates)
+    state = function.state(aggregates, pa.schema([table.schema.field("v")]))
+    runner = ProcessRunner(function, output, ("k",), (), state, 1, 1, "aggregate 'a'", MemoryState())
+    got = pa.Table.from_batches(list(runner(iter(table.to_batches(max_chunksize=2)))), schema=output).to_pylist()
+    nan, one, zero = got
+    assert nan["k"] is not None  # the NaN key, first seen first: NaN, not null
+    assert np.isnan([nan["k"], nan["low"], nan["high"]]).all()
+    assert nan["n"] == 2
+    assert (one["k"], one["n"], one["low"]) == (1.0, 2, 2.0)
+    assert np.isnan(one["high"])  # NaN is Spark's max
+    assert zero == {"k": 0.0, "n": 2, "low": 3.0, "high": 4.0}  # -0.0 and 0.0 are one key

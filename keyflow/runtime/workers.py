@@ -18,6 +18,7 @@ from pyspark import Broadcast, TaskContext
 from keyflow.errors import WORKER_ERROR_MARKER
 from keyflow.keygroups import KEY_GROUP_COLUMN, key_group_range
 from keyflow.plan.descriptors import ListState, MapState, StateDescriptor
+from keyflow.runtime.aggregates import RunningAggregate
 from keyflow.schemas import ColumnsDifferError, TypesDifferError, conform_to
 from keyflow.state.durable import CheckpointedState, MemoryState
 from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView, key_boundaries
@@ -133,10 +134,11 @@ class ProcessRunner:
         self._reports: list[pa.Table] = []
         for table in itertools.chain([first] if first is not None else [], tables):
             yield from self._run(table)
-        finish = getattr(self.function, "finish", None)  # keyflow's own functions that emit once per subtask
-        if finish is not None and len(touched := self._store.touched()):
+        # A running aggregate emits each key it touched once, at the end of the subtask.
+        if isinstance(self.function, RunningAggregate) and len(touched := self._store.touched()):
             state = KeyedState(self._store, touched, self._kinds)
-            yield from conform(finish(self._store.keys(touched), state), self.schema, self.operator).to_batches()
+            final = self.function.finish(self._store.keys(touched), state)
+            yield from conform(final, self.schema, self.operator).to_batches()
         self.keyed_state.close(self._store, self._subtask, *self._range)
         if self._reports:
             self.keyed_state.report_keys(pa.concat_tables(self._reports), *self._range)
@@ -167,13 +169,13 @@ class ProcessRunner:
         if self.report_keys:
             self._report(keyed.keys, keyed.key_groups, previous)
             first_of_key = keyed.key_groups[keyed.key_index]
-            mixed = key_groups != first_of_key  # rows of one key from two splits, in this call
+            mixed = keyed.row_key_groups != first_of_key  # rows of one key from two splits, in this call
             if mixed.any():
-                self._report(keyed.keys.take(keyed.key_index[mixed]), key_groups[mixed], first_of_key[mixed])
+                self._report(keyed.keys.take(keyed.key_index[mixed]), keyed.row_key_groups[mixed], first_of_key[mixed])
         state = KeyedState(self._store, slots, self._kinds)
         arguments = () if self.side is None else (self.side.value,)
         result = _call_user(self.function, self.operator, keyed, state, *arguments)
-        if result is not None or not hasattr(self.function, "finish"):
+        if not isinstance(self.function, RunningAggregate):
             yield from conform(result, self.schema, self.operator).to_batches()
 
     def _outside_range(self, table: pa.Table, key_groups: npt.NDArray[np.int32], first: int, last: int) -> str:
@@ -195,7 +197,7 @@ def _one_row_per_key(
 ) -> KeyedBatch:
     positions = np.arange(rows.num_rows, dtype=np.int64)
     ones = np.ones(rows.num_rows, dtype=np.int64)
-    return KeyedBatch(rows, rows.select(list(keys)), positions, positions, ones, key_groups, subtask)
+    return KeyedBatch(rows, rows.select(list(keys)), positions, positions, ones, key_groups, subtask, key_groups)
 
 
 def _tables(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:

@@ -27,7 +27,9 @@ class KeyedBatch:
 
     ``keys`` holds each distinct key of the batch once, in order; ``key_index[i]`` is the
     position in ``keys`` of row ``i``'s key; key ``j``'s rows are
-    ``data[starts[j] : starts[j] + counts[j]]``. Without ``order_by`` a key's rows may
+    ``data[starts[j] : starts[j] + counts[j]]``; ``key_groups[j]`` is key ``j``'s key group and
+    ``row_key_groups[i]`` the key group row ``i`` arrived with (they differ only where a
+    pre-keyed source put one key in two splits). Without ``order_by`` a key's rows may
     continue in the next batch: that is what state is for.
     """
 
@@ -38,6 +40,7 @@ class KeyedBatch:
     counts: npt.NDArray[np.int64]
     key_groups: npt.NDArray[np.int32]
     subtask: int
+    row_key_groups: npt.NDArray[np.int32]
 
     @property
     def num_keys(self) -> int:
@@ -81,6 +84,7 @@ class KeyedBatch:
             counts=counts,
             key_groups=key_groups[first_rows],
             subtask=subtask,
+            row_key_groups=key_groups[order],
         )
 
     @staticmethod
@@ -101,6 +105,7 @@ class KeyedBatch:
             counts=counts,
             key_groups=key_groups[starts],
             subtask=subtask,
+            row_key_groups=key_groups,
         )
 
 

@@ -221,7 +221,7 @@ class KeyedStateStore:
         keys = self._index.take(slots)
         frame = keys.to_frame(index=False) if isinstance(keys, pd.MultiIndex) else pd.DataFrame({0: keys})
         columns = [
-            pa.array(frame.iloc[:, position], from_pandas=True).cast(field.type)
+            pa.array(frame.iloc[:, position], from_pandas=False).cast(field.type)
             for position, field in enumerate(schema)
         ]
         return pa.Table.from_arrays(columns, schema=schema)
