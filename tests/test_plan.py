@@ -153,3 +153,14 @@ def test_plan_of_a_pipeline_without_sinks_shows_its_streams() -> None:
     assert [op.kind for op in p.plan().operators] == ["source", "filter", "aggregate"]
     with pytest.raises(PlanError, match="the pipeline is empty"):
         Pipeline(parallelism=2).plan()
+
+
+def test_only_a_distinct_aggregate_after_reinterpret_keeps_retracting_state() -> None:
+    """Running partials cannot hold DISTINCT; a column whose name contains "distinct" is no DISTINCT."""
+    p = Pipeline(parallelism=2)
+    per_user = clicks(p).key_by("user").aggregate(distinct_users="count(*)", n="sum(n)").reinterpret_as_keyed("user")
+    per_user.aggregate(total="sum(distinct_users)").set_name("running").sink(parquet("out/a"))
+    per_user.aggregate(kinds="count(DISTINCT n)").set_name("distinct").sink(parquet("out/b"))
+    layouts = {node.name: node.describe().get("state_layout") for node in p.compile().nodes.values()}
+    assert layouts["running"] == "running"
+    assert layouts["distinct"] == "retracting"

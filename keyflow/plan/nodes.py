@@ -8,6 +8,7 @@ the runtime turns the compiled plan into Spark DataFrame operations.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -103,6 +104,9 @@ class KeyedNode(Node):
         return self.keys
 
 
+DISTINCT = re.compile(r"\bdistinct\b", re.IGNORECASE)  # the keyword, not a column named distinct_users
+
+
 @dataclass(frozen=True, eq=False)
 class AggregateNode(KeyedNode):
     """Per-key aggregates. With ``changelog`` the input may carry row kinds (``op``): updates
@@ -118,7 +122,7 @@ class AggregateNode(KeyedNode):
         """Keeps what retraction needs (value multisets for min, max and distinct counts):
         over a changelog, or in the worker (after reinterpret_as_keyed) with a DISTINCT, which
         running partials cannot hold."""
-        distinct = any("distinct" in expression.lower() for expression in self.aggregations.values())
+        distinct = any(DISTINCT.search(expression) for expression in self.aggregations.values())
         return self.changelog or (self.reinterpreted and distinct)
 
     def describe(self) -> dict[str, Any]:
