@@ -19,15 +19,13 @@ these are the figures docs/benchmarks.md's profile summary quotes).
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame
 
-from bench.batch_keyed import keyflow_pipeline, running_spend, source
-from bench.report import emit, progress
+from bench.batch_keyed import keyflow_pipeline, noop, running_spend, source
+from bench.report import best_seconds, emit, progress
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan.descriptors import ValueState
 from keyflow.runtime.exchange import keyed_exchange
@@ -36,21 +34,8 @@ from keyflow.runtime.workers import ProcessRunner
 from keyflow.state.durable import MemoryState
 
 
-def noop(frame: DataFrame) -> None:
-    frame.write.format("noop").mode("overwrite").save()
-
-
 def untouched(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from batches
-
-
-def best(run: Callable[[], object], repeats: int) -> float:
-    timings = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        timings.append(time.perf_counter() - start)
-    return min(timings)
 
 
 def spark_pieces(args: argparse.Namespace) -> None:
@@ -70,7 +55,8 @@ def spark_pieces(args: argparse.Namespace) -> None:
     }
     for name, run in pieces.items():
         progress(name)
-        emit("breakdown", f"{name}: {args.rows} rows, {args.keys} keys", "s", best(run, args.repeats), None, None)
+        seconds = best_seconds(run, args.repeats)
+        emit("breakdown", f"{name}: {args.rows} rows, {args.keys} keys", "s", seconds, None, None)
 
 
 def worker_python(args: argparse.Namespace) -> None:
@@ -94,7 +80,7 @@ def worker_python(args: argparse.Namespace) -> None:
                 MemoryState(), verify=False,
             )  # fmt: skip
             batches = table.to_batches(max_chunksize=batch_rows)
-            seconds = best(lambda: sum(b.num_rows for b in runner(iter(batches))), args.repeats)  # noqa: B023
+            seconds = best_seconds(lambda: sum(b.num_rows for b in runner(iter(batches))), args.repeats)  # noqa: B023
             how = "order_by (input sorted by key)" if ordered else "arrival order (hash grouping)"
             emit("breakdown", f"worker python, {how}, {rows} rows, {batch_rows}-row batches", "s", seconds, None,
                  None)  # fmt: skip
