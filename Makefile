@@ -1,16 +1,20 @@
-# The two commands: `make demo` runs the main job, `make test` runs every check.
+# The two commands: `make demo` runs the main job, `make test` runs every check
+# (`make check` is the fast lane: no JVM but one smoke pipeline; see docs/testing.md).
 # Both set up .venv (Python 3.11+, pinned dependencies, Java 17+ check) on first use.
 
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lock clean
+.PHONY: demo test check bench lock clean
 
 demo: $(STAMP)
 	$(VENV)/bin/keyflow run examples/clickstream.py
 
 test: $(STAMP)
 	scripts/test.sh
+
+check: $(STAMP)
+	scripts/test.sh check
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench.keygroups

@@ -1,3 +1,7 @@
+"""One SparkSession per test process, shared by every test marked ``jvm``; what a test changes
+in it (runtime confs, temporary views, streaming queries and their listeners, the current
+database) is put back after the test. See docs/testing.md."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -7,10 +11,90 @@ from pyspark.sql import SparkSession
 
 from keyflow.runtime.session import spark_session
 
+pytest_plugins = ["tests.costs"]
+
+# The files that run longest start first, so that the two workers of make test end together
+# (with --dist loadfile a file runs in one worker; seconds per file: docs/testing.md).
+LONGEST_FIRST = (
+    "test_autoscale_cluster.py",
+    "test_exactly_once.py",
+    "test_changelog.py",
+    "test_pre_keyed.py",
+    "test_cli_pipelines.py",
+    "test_cli_streaming.py",
+    "test_damaged_checkpoints.py",
+)
+SESSION_CONF = {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """A real local Spark with two cores, shared by the whole test session."""
-    session = spark_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"}, app_name="keyflow-tests")
+    """A real local Spark with two cores, shared by the whole test process."""
+    session = spark_session(SESSION_CONF, app_name="keyflow-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _spark_restored(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.get_closest_marker("jvm") is None:
+        yield
+        return
+    session: SparkSession = request.getfixturevalue("spark")
+    before = _SessionState.of(session)
+    yield
+    active = SparkSession.getActiveSession()
+    if active is not session:
+        return  # the test stopped the shared session: the next test starts a new one
+    left_running = before.restore(session)
+    if left_running:
+        pytest.fail(f"{request.node.nodeid} left streaming queries running (stopped now): {left_running}")
+
+
+class _SessionState:
+    """What a test may change in the shared session, taken before it runs."""
+
+    def __init__(self, conf: dict[str, str], views: set[str], listeners: set[str], database: str) -> None:
+        self.conf, self.views, self.listeners, self.database = conf, views, listeners, database
+
+    @classmethod
+    def of(cls, session: SparkSession) -> _SessionState:
+        return cls(
+            dict(session.conf.getAll), _temp_views(session), _listeners(session), session.catalog.currentDatabase()
+        )
+
+    def restore(self, session: SparkSession) -> list[str]:
+        """Put the session back; returns the streaming queries that were still running."""
+        running = [query.name or query.id for query in session.streams.active]
+        for query in session.streams.active:
+            query.stop()
+        conf = dict(session.conf.getAll)
+        for key, value in conf.items():
+            if key not in self.conf and session.conf.isModifiable(key):
+                session.conf.unset(key)
+            elif key in self.conf and value != self.conf[key] and session.conf.isModifiable(key):
+                session.conf.set(key, self.conf[key])
+        for key in self.conf.keys() - conf.keys():
+            if session.conf.isModifiable(key):
+                session.conf.set(key, self.conf[key])
+        for view in _temp_views(session) - self.views:
+            session.catalog.dropTempView(view)
+        manager = session._jsparkSession.streams()
+        for listener in manager.listListeners():
+            if listener.toString() not in self.listeners:
+                manager.removeListener(listener)
+        session.catalog.setCurrentDatabase(self.database)
+        return running
+
+
+def _temp_views(session: SparkSession) -> set[str]:
+    return {table.name for table in session.catalog.listTables() if table.isTemporary}
+
+
+def _listeners(session: SparkSession) -> set[str]:
+    return {listener.toString() for listener in session._jsparkSession.streams().listListeners()}

@@ -56,6 +56,7 @@ def run(tmp_path: Path, config: dict[str, object], build: object) -> RunResult:
     return result
 
 
+@pytest.mark.jvm
 @pytest.mark.parametrize("zipf", [None, 1.3], ids=["uniform", "zipf"])
 def test_results_equal_pandas_with_auto_parallelism(tmp_path: Path, zipf: float | None) -> None:
     events = write_events(tmp_path / "in", 60_000, 2_000, zipf)
@@ -88,6 +89,7 @@ def test_results_equal_pandas_with_auto_parallelism(tmp_path: Path, zipf: float 
     assert (totals["total"].to_numpy() == ordered.groupby("key")["amount"].cumsum().to_numpy()).all()
 
 
+@pytest.mark.jvm
 def test_decided_parallelism_grows_with_input_as_the_formula_says(tmp_path: Path) -> None:
     """The same job over a small and a 16x larger input: P = ceil(bytes / V) grows with it;
     the bytes the decision used are those Spark's shuffle wrote."""
@@ -113,6 +115,7 @@ def test_decided_parallelism_grows_with_input_as_the_formula_says(tmp_path: Path
     assert 4 * p_small <= p_large
 
 
+@pytest.mark.jvm
 def test_each_subtask_receives_exactly_its_reported_key_group_range(tmp_path: Path) -> None:
     write_events(tmp_path / "in", 30_000, 5_000, 1.2)
     result = run(
@@ -137,6 +140,7 @@ def test_each_subtask_receives_exactly_its_reported_key_group_range(tmp_path: Pa
     assert all(a[1] + 1 == b[0] for a, b in zip(stage.key_groups, stage.key_groups[1:], strict=False))
 
 
+@pytest.mark.jvm
 def test_explicit_parallelism_is_kept_and_reinterpret_follows_the_decided_ranges(tmp_path: Path) -> None:
     events = write_events(tmp_path / "in", 20_000, 500, None)
 
@@ -160,6 +164,7 @@ def test_explicit_parallelism_is_kept_and_reinterpret_follows_the_decided_ranges
     assert set(seen["key"]) == set(events["key"])
 
 
+@pytest.mark.jvm
 def test_auto_parallelism_off_runs_at_the_default_parallelism(tmp_path: Path) -> None:
     write_events(tmp_path / "in", 5_000, 100, None)
     result = run(
@@ -189,6 +194,7 @@ def test_invalid_options_are_clear_errors(key: str, value: object, message: str)
         Pipeline(config={AUTO + key: value})
 
 
+@pytest.mark.jvm
 def test_min_above_the_default_bound_says_where_the_bound_comes_from(tmp_path: Path) -> None:
     write_events(tmp_path / "in", 100, 10, None)
     with pytest.raises(
@@ -200,6 +206,7 @@ def test_min_above_the_default_bound_says_where_the_bound_comes_from(tmp_path: P
             lambda s: s.key_by("key").aggregate(n="count(*)").sink(parquet(str(tmp_path / "out"))))  # fmt: skip
 
 
+@pytest.mark.jvm
 def test_an_operator_after_a_decided_stage_keeps_its_own_parallelism(tmp_path: Path) -> None:
     """The plan saw a forward edge (both at the default 3); the stage was decided at 1, the
     sink with parallelism=3 of its own still writes 3 files, the one without follows with 1."""
@@ -218,6 +225,7 @@ def test_an_operator_after_a_decided_stage_keeps_its_own_parallelism(tmp_path: P
     assert (own["n"].to_numpy() == events.groupby("key").size().to_numpy()).all()
 
 
+@pytest.mark.jvm
 def test_two_decided_stages_in_a_row_and_collect(tmp_path: Path) -> None:
     """key_by -> process -> key_by (another key) -> aggregate, collected with to_pandas()."""
     events = write_events(tmp_path / "in", 30_000, 400, 1.3)
@@ -233,6 +241,7 @@ def test_two_decided_stages_in_a_row_and_collect(tmp_path: Path) -> None:
     assert dict(zip(got["bucket"], got["n"], strict=True)) == want.to_dict()
 
 
+@pytest.mark.jvm
 def test_an_empty_input_spark_knows_of_runs_with_one_subtask(tmp_path: Path) -> None:
     write_events(tmp_path / "in", 100, 10, None)
     result = run(
@@ -250,6 +259,7 @@ def test_an_empty_input_spark_knows_of_runs_with_one_subtask(tmp_path: Path) -> 
     assert stage.key_groups == ((0, 27719),)
 
 
+@pytest.mark.jvm
 def test_even_balance_and_default_source_parallelism_on_spark(tmp_path: Path) -> None:
     events = write_events(tmp_path / "in", 20_000, 3_000, 1.2)
     result = run(
@@ -275,6 +285,7 @@ def test_even_balance_and_default_source_parallelism_on_spark(tmp_path: Path) ->
     assert set(seen["key"]) == set(events["key"])
 
 
+@pytest.mark.jvm
 def test_min_above_max_is_a_clear_error_naming_both(tmp_path: Path) -> None:
     write_events(tmp_path / "in", 100, 10, None)
     with pytest.raises(
@@ -289,6 +300,7 @@ def test_min_above_max_is_a_clear_error_naming_both(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.jvm
 def test_a_broadcast_side_input_reaches_every_subtask_and_enters_the_formula(tmp_path: Path) -> None:
     """Prices per key as a small side stream: every subtask gets the whole table; its bytes
     count as broadcast (capped at max-broadcast-ratio x the volume per task)."""

@@ -41,6 +41,7 @@ def scheduler_log(checkpoint: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in (checkpoint / "scheduler.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.jvm
 def test_runs_at_the_cores_spark_has_and_logs_every_decision(spark, tmp_path: Path) -> None:
     data = events(2_000, 100, start=0, seed=7)
     append(tmp_path / "log", data)
@@ -57,6 +58,7 @@ def test_runs_at_the_cores_spark_has_and_logs_every_decision(spark, tmp_path: Pa
     pd.testing.assert_frame_equal(got, expected_totals(data).reset_index(drop=True), check_dtype=False)
 
 
+@pytest.mark.jvm
 def test_parallelism_default_is_the_upper_bound_and_a_restart_follows_the_slots(spark, tmp_path: Path) -> None:
     first, second = events(1_500, 80, start=0, seed=8), events(1_500, 80, start=1_500, seed=9)
     append(tmp_path / "log", first)
@@ -93,6 +95,7 @@ def test_parallelism_default_is_the_upper_bound_and_a_restart_follows_the_slots(
     assert [[p for _, p in run["parallelism"]] for run in shown_json["runs"]] == [[0, 1], [0, 2]]
 
 
+@pytest.mark.jvm
 def test_manual_rescale_is_refused_while_adaptive(spark, tmp_path: Path) -> None:
     append(tmp_path / "log", events(100, 10, start=0, seed=1))
     job = adaptive_pipeline(tmp_path).start(checkpoint=str(tmp_path / "ckpt"))

@@ -22,6 +22,8 @@ from keyflow.runtime.standalone import StandaloneCluster
 from keyflow.state.checkpoint import Checkpoint
 from tests.streams import append, events, expected_totals, read_output
 
+pytestmark = pytest.mark.jvm  # every test here runs Spark
+
 ROOT = Path(__file__).resolve().parents[1]
 COOLDOWN, STABILIZATION = 40.0, 4.0  # as set in tests/jobs/autoscale.py
 

@@ -16,9 +16,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
 
 from keyflow import Log, Pipeline, log, parquet
 from keyflow.changelog import DELETED, current
+from keyflow.cli.app import app
 from keyflow.errors import PlanError
 from keyflow.plan.descriptors import ValueState
 from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
@@ -89,11 +91,8 @@ SELECT user_id, COUNT(*), SUM(amount), MIN(amount), MAX(amount), AVG(amount) FRO
 """
 
 
-def run_sql(base: Path, parallelism: int, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop(FAULT_ENV, None)
-    if fault:
-        env[FAULT_ENV] = fault
+def run_sql(base: Path, parallelism: int, fault: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), FAULT_ENV: fault}
     command = [sys.executable, "-m", "keyflow", "sql", str(base / "job.sql"), "-p", str(parallelism)]
     command += ["--checkpoint", str(base / "ckpt"), "--available-now"]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -104,6 +103,7 @@ def table_now(base: Path) -> pd.DataFrame:
     return current(changelog).to_pandas().sort_values("user_id").reset_index(drop=True)
 
 
+@pytest.mark.jvm
 def test_upsert_changelog_survives_kill_restart_and_live_rescale(tmp_path: Path) -> None:
     """>= 10k keys, ~6 changes each, 21 micro-batches of 3,500 changes; source at 3, operators
     at 2; the driver killed with SIGKILL in batch 3, restarted at 4, rescaled live to 2."""
@@ -114,8 +114,10 @@ def test_upsert_changelog_survives_kill_restart_and_live_rescale(tmp_path: Path)
 
     crashed = run_sql(tmp_path, 2, fault="after-sink-write:3")
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
-    restarted = run_sql(tmp_path, 4)
-    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    restarted = CliRunner().invoke(  # in this process, on the shared SparkSession
+        app, ["sql", str(tmp_path / "job.sql"), "-p", "4", "--checkpoint", str(tmp_path / "ckpt"), "--available-now"]
+    )
+    assert restarted.exit_code == 0, restarted.output
     assert "parallelism 4" in restarted.stdout
     pd.testing.assert_frame_equal(table_now(tmp_path), replayed(history[:2]), check_dtype=False)
 
@@ -138,6 +140,7 @@ def test_upsert_changelog_survives_kill_restart_and_live_rescale(tmp_path: Path)
     pd.testing.assert_frame_equal(table_now(tmp_path), replayed(history), check_dtype=False)
 
 
+@pytest.mark.jvm
 def test_changes_of_one_key_in_one_micro_batch_apply_in_order(tmp_path: Path) -> None:
     """Insert, update twice, delete and insert again, all in one micro-batch; the output is a
     consistent changelog (each retraction repeats a row added before)."""
@@ -165,6 +168,7 @@ def test_changes_of_one_key_in_one_micro_batch_apply_in_order(tmp_path: Path) ->
     assert totals == [{"user_id": "a", "total": 5, "n": 1}, {"user_id": "c", "total": 13, "n": 1}]
 
 
+@pytest.mark.jvm
 def test_changelog_format_log_with_row_kinds(tmp_path: Path) -> None:
     """A log whose rows carry +I/-U/+U/-D, read with and without a primary key, aggregated over
     micro-batches: the same answer as pandas applying the changes."""

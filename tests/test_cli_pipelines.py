@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from keyflow.cli.app import app
@@ -48,25 +49,14 @@ def test_plan_of_the_example_as_json() -> None:
     assert {edge["partitioner"] for edge in plan["edges"]} == {"rebalance", "hash"}
 
 
+@pytest.mark.jvm
 def test_run_writes_output_and_conf_wins(tmp_path: Path) -> None:
+    """In this process, on the shared SparkSession: ``keyflow run`` as a process of its own is
+    tested by the main job and by the helper-modules test below."""
     file = write_pipeline(tmp_path)
-    result = subprocess.run(
-        [
-            str(KEYFLOW),
-            "run",
-            str(file),
-            "--conf",
-            "parallelism.default=3",
-            "--json",
-            "--conf",
-            "execution.batch.adaptive.auto-parallelism.enabled=false",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
+    conf = ["--conf", "parallelism.default=3", "--conf", "execution.batch.adaptive.auto-parallelism.enabled=false"]
+    result = runner.invoke(app, ["run", str(file), "--json", *conf])
+    assert result.exit_code == 0, result.output
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["plan"]["default_parallelism"] == 3
     assert report["sinks"][0]["rows"] == 100
@@ -93,6 +83,7 @@ def test_run_errors_are_one_line(tmp_path: Path) -> None:
     assert "--conf 'novalue' is not key=value" in result.output
 
 
+@pytest.mark.jvm
 def test_the_main_job_outputs_agree_with_each_other(tmp_path: Path) -> None:
     """make demo's pipeline: running spend recomputed with pandas matches, and the three
     outputs agree on clicks and revenue per user and in total."""
@@ -154,6 +145,7 @@ def doubled(batch: pa.RecordBatch) -> pa.RecordBatch:
 }
 
 
+@pytest.mark.jvm
 def test_run_ships_helper_modules_next_to_the_pipeline_file(tmp_path: Path) -> None:
     """Functions imported from helpers.py and mylib/ops.py beside the file run on Spark's
     Python workers, whose sys.path does not have the file's directory."""

@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from keyflow.cli.app import app
 from keyflow.state.checkpoint import Checkpoint
-from tests.streams import append, events, read_output
+from tests.streams import events, read_output
 
 runner = CliRunner()
 KEYFLOW = Path(sys.executable).with_name("keyflow")
@@ -30,7 +31,11 @@ pipeline.source(log(LOG, rows_per_batch=400)).key_by("user").aggregate(
 """
 
 
+@pytest.mark.jvm
 def test_log_run_and_checkpoints(tmp_path: Path) -> None:
+    """``keyflow log append``, ``keyflow run --checkpoint`` in a process of its own, then
+    ``keyflow checkpoints``. Its stdout is a pipe: each micro-batch is one whole line however
+    long (rich wraps at 80 columns)."""
     data = events(1_000, 30, start=0, seed=4)
     data.to_json(tmp_path / "events.jsonl", orient="records", lines=True)
     appended = runner.invoke(
@@ -41,18 +46,28 @@ def test_log_run_and_checkpoints(tmp_path: Path) -> None:
     described = runner.invoke(app, ["log", "describe", str(tmp_path / "log")])
     assert "4 splits" in described.output
 
+    out = tmp_path / "a-sink-directory-with-a-name-long-enough-to-pass-eighty-columns"
     file = tmp_path / "spend.py"
-    file.write_text(f"LOG = {str(tmp_path / 'log')!r}\nOUT = {str(tmp_path / 'out')!r}\n" + PIPELINE_FILE)
+    file.write_text(f"LOG = {str(tmp_path / 'log')!r}\nOUT = {str(out)!r}\n" + PIPELINE_FILE)
     checkpoint = str(tmp_path / "ckpt")
     run = subprocess.run(
         [str(KEYFLOW), "run", str(file), "--checkpoint", checkpoint, "--available-now", "-p", "3"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300,  # stdout is a pipe, not a terminal
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "batch 0: parallelism 3, 400 rows in" in run.stdout
-    assert "micro-batches committed" in run.stdout  # 400 rows at most per batch: at least 3
+    assert "micro-batches committed" in run.stdout
+    batches = [line for line in run.stdout.splitlines() if line.startswith("batch ")]
+    assert len(batches) == 3, run.stdout  # 1,000 rows, 400 per batch
+    for number, (line, rows) in enumerate(zip(batches, (400, 400, 200), strict=True)):
+        assert len(line) > 80
+        assert re.fullmatch(
+            rf"batch {number}: parallelism 3, {rows} rows in, [\d,]+ to sink: {re.escape(str(out))}; "
+            r"state [\d,]+ bytes in \d+ files; [\d.]+ s",
+            line,
+        ), run.stdout
 
-    got = read_output(tmp_path / "out").groupby("user").last().sort_index()
+    got = read_output(out).groupby("user").last().sort_index()
     expected = data.groupby("user").agg(spent=("amount", "sum"), clicks=("amount", "size"))
     pd.testing.assert_frame_equal(got[["spent", "clicks"]], expected, check_dtype=False)
 
@@ -66,28 +81,6 @@ def test_log_run_and_checkpoints(tmp_path: Path) -> None:
     assert operator["keys_stored"] == data.user.nunique()
     assert operator["state_bytes"] > 0
     assert "retained versions" in runner.invoke(app, ["checkpoints", checkpoint]).output
-
-
-def test_batch_lines_are_not_wrapped_when_piped(tmp_path: Path) -> None:
-    """Piped to a file, each micro-batch is one whole line however long (rich wraps at 80)."""
-    append(tmp_path / "log", events(800, 20, start=0, seed=5))
-    out = tmp_path / "a-sink-directory-with-a-name-long-enough-to-pass-eighty-columns"
-    file = tmp_path / "spend.py"
-    file.write_text(f"LOG = {str(tmp_path / 'log')!r}\nOUT = {str(out)!r}\n" + PIPELINE_FILE)
-    run = subprocess.run(
-        [str(KEYFLOW), "run", str(file), "--checkpoint", str(tmp_path / "ckpt"), "--available-now"],
-        capture_output=True, text=True, timeout=300,  # stdout is a pipe, not a terminal
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
-    batches = [line for line in run.stdout.splitlines() if line.startswith("batch ")]
-    assert len(batches) == 2, run.stdout  # 800 rows, 400 per batch
-    for number, line in enumerate(batches):
-        assert len(line) > 80
-        assert re.fullmatch(
-            rf"batch {number}: parallelism \d+, 400 rows in, [\d,]+ to sink: {re.escape(str(out))}; "
-            r"state [\d,]+ bytes in \d+ files; [\d.]+ s",
-            line,
-        ), run.stdout
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
@@ -113,6 +106,7 @@ pipeline.source(datagen(rows_per_second=20_000, fields={"user": zipf(50), "seq":
 """
 
 
+@pytest.mark.jvm
 def test_ctrl_c_stops_a_stream_cleanly(tmp_path: Path) -> None:
     """SIGINT (Ctrl-C) while micro-batches run: exit 0, a summary, no traceback, the scheduler
     log ends Canceling → Finished, and every committed batch's output is in place."""

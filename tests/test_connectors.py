@@ -40,6 +40,7 @@ def generate(parallelism: int, rows: int = 20_000, seed: int = 7) -> pd.DataFram
     return p.source(datagen(rows=rows, fields=FIELDS, seed=seed)).to_pandas().sort_values("n", ignore_index=True)
 
 
+@pytest.mark.jvm
 def test_datagen_is_the_same_at_any_parallelism_and_ranges_hold() -> None:
     one, three = generate(1), generate(3)
     pd.testing.assert_frame_equal(one, three)
@@ -54,6 +55,7 @@ def test_datagen_is_the_same_at_any_parallelism_and_ranges_hold() -> None:
     assert not one.equals(generate(1, seed=8))
 
 
+@pytest.mark.jvm
 def test_zipf_keys_follow_the_power_law() -> None:
     """Frequencies of the top ranks match P(k) ~ 1/k^s of the continuous law datagen inverts."""
     frame = generate(2, rows=200_000)
@@ -65,6 +67,7 @@ def test_zipf_keys_follow_the_power_law() -> None:
     assert counts.iloc[0] > 5 * counts.iloc[50]
 
 
+@pytest.mark.jvm
 @pytest.mark.parametrize("format", ["json", "csv"])
 def test_text_file_sources_read_with_a_schema(tmp_path: Path, format: str) -> None:
     frame = pd.DataFrame({"user": ["a", "b", "a"], "price": [1.5, 2.0, 3.25]})
@@ -79,6 +82,7 @@ def test_text_file_sources_read_with_a_schema(tmp_path: Path, format: str) -> No
     assert result.set_index("user").total.to_dict() == {"a": 4.75, "b": 2.0}
 
 
+@pytest.mark.jvm
 def test_csv_schema_is_inferred_without_one(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     pd.DataFrame({"k": [1, 2], "v": [0.5, 1.5]}).to_csv(tmp_path / "in" / "x.csv", index=False)
@@ -87,6 +91,7 @@ def test_csv_schema_is_inferred_without_one(tmp_path: Path) -> None:
     assert result.to_dict("list") == {"k": [1, 2], "v": [0.5, 1.5]}
 
 
+@pytest.mark.jvm
 def test_console_sink_prints_rows(capsys: pytest.CaptureFixture[str]) -> None:
     p = Pipeline(parallelism=1, config=TEST_SPARK)
     p.source(datagen(rows=3, fields={"n": sequence(start=41)})).sink(console(title="numbers"))
@@ -116,6 +121,7 @@ def test_unsupported_file_format() -> None:
         files("x", format="avro")
 
 
+@pytest.mark.jvm
 def test_relative_paths_follow_the_python_working_directory(
     spark: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

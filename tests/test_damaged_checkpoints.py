@@ -66,6 +66,26 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def built_once(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A checkpoint built at one path, and a copy of it kept aside."""
+    base = build_checkpoint(tmp_path_factory.mktemp("built"))
+    kept = tmp_path_factory.mktemp("kept")
+    shutil.copytree(base, kept, dirs_exist_ok=True)
+    return base, kept
+
+
+@pytest.fixture
+def built(built_once: tuple[Path, Path]) -> Path:
+    """A freshly built checkpoint with its own sinks, for tests that publish or roll back output:
+    the kept copy put back at the path it was built at (its manifests name that path's sinks),
+    so the module builds it once instead of once per test."""
+    base, kept = built_once
+    shutil.rmtree(base)
+    shutil.copytree(kept, base)
+    return base
+
+
+@pytest.fixture(scope="module")
 def other_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The checkpoint of another pipeline (running totals only), also at version 6."""
     base = tmp_path_factory.mktemp("other")
@@ -150,6 +170,7 @@ def damage(how: Callable[[Path], object], path: Path) -> str:
     return str(path.relative_to(checkpoint))
 
 
+@pytest.mark.jvm
 @pytest.mark.parametrize("case", list(DAMAGES))
 def test_damage_is_one_error_with_the_way_back_and_changes_nothing(
     case: str, pristine: Path, other_pipeline: Path, tmp_path: Path
@@ -171,9 +192,10 @@ def test_damage_is_one_error_with_the_way_back_and_changes_nothing(
 
 # One damage per way back: two versions rolled back (their output moved aside), a manifest that
 # cannot be listed (its output removed by the restart), nothing to roll back (plan.json rewritten).
+@pytest.mark.jvm
 @pytest.mark.parametrize("case", ["full-deleted", "manifest-torn", "plan-deleted"])
-def test_rollback_then_resume_equals_pandas(case: str, other_pipeline: Path, tmp_path: Path) -> None:
-    base = build_checkpoint(tmp_path)
+def test_rollback_then_resume_equals_pandas(case: str, other_pipeline: Path, built: Path) -> None:
+    base = built
     other_output = fingerprint(other_pipeline)
     do, _, intact = DAMAGES[case]
     do(base, other_pipeline)
@@ -202,10 +224,11 @@ def test_rollback_then_resume_equals_pandas(case: str, other_pipeline: Path, tmp
     assert fingerprint(other_pipeline) == other_output  # a foreign manifest's output paths are not touched
 
 
+@pytest.mark.jvm
 def test_an_interrupted_rollback_blocks_the_start_until_it_is_finished(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    built: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    base = build_checkpoint(tmp_path)
+    base = built
     checkpoint = Checkpoint(str(base / "ckpt"))
     rollback = plan_rollback(checkpoint, 4)
 
@@ -230,6 +253,7 @@ def test_an_interrupted_rollback_blocks_the_start_until_it_is_finished(
     pd.testing.assert_frame_equal(got, expected_totals(all_input()).reset_index(drop=True), check_dtype=False)
 
 
+@pytest.mark.jvm
 def test_a_checkpoint_written_before_checksums_resumes(pristine: Path, tmp_path: Path) -> None:
     """Format 1: manifests without checksum, checkpoint id or plan copy; state files named without
     checksums; plan.json unsealed. It is read, checked for presence and sizes, and resumes."""
@@ -261,6 +285,7 @@ def test_a_checkpoint_written_before_checksums_resumes(pristine: Path, tmp_path:
     assert [Checkpoint(str(checkpoint)).manifest(v).checkpoint_id != "" for v in (5, 6, 7)] == [False, False, True]
 
 
+@pytest.mark.jvm
 def test_cli_run_prints_one_line_and_verify_finds_the_newest_intact(pristine: Path, tmp_path: Path) -> None:
     base = copy_of(pristine, tmp_path)
     flip(state_file(base, "aggregate", 5, "full"))
@@ -294,6 +319,7 @@ def test_cli_run_prints_one_line_and_verify_finds_the_newest_intact(pristine: Pa
     assert "batch " not in run.stdout  # found before any micro-batch ran
 
 
+@pytest.mark.jvm
 def test_rollback_refuses_a_damaged_or_unknown_version(pristine: Path, tmp_path: Path) -> None:
     base = copy_of(pristine, tmp_path)
     flip(state_file(base, "aggregate", 5, "full"))
@@ -309,6 +335,7 @@ def test_rollback_refuses_a_damaged_or_unknown_version(pristine: Path, tmp_path:
     assert fingerprint(base / "ckpt") == before
 
 
+@pytest.mark.jvm
 def test_retention_keeps_the_newest_intact_version(pristine: Path, tmp_path: Path) -> None:
     base = copy_of(pristine, tmp_path)
     truncate(base / "ckpt/manifests/0000000006.json")
@@ -347,6 +374,7 @@ def test_sealed_documents() -> None:
     assert unseal(seal({"n": {10: 1, 2: (3, 4)}})) == {"n": {"10": 1, "2": [3, 4]}}  # as JSON reads it back
 
 
+@pytest.mark.jvm
 def test_manifests_of_the_first_format_are_still_read(pristine: Path) -> None:
     manifest = Checkpoint(str(pristine / "ckpt")).manifest(6)
     legacy = json.loads(manifest.to_json())

@@ -31,6 +31,7 @@ def python_blocks(markdown: Path) -> list[str]:
     return [block.split("```", 1)[0] for block in blocks if not block.lstrip().startswith(">>>")]
 
 
+@pytest.mark.jvm
 def test_pipeline_api_doc_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each example is a whole program with its own assertions; run them as users would."""
     monkeypatch.chdir(tmp_path)

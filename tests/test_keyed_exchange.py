@@ -21,6 +21,7 @@ def clicks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame
     return path, write_clicks(path, rows=5_000, users=500)
 
 
+@pytest.mark.jvm
 @pytest.mark.parametrize("parallelism", [1, 2, 3, 7])
 def test_aggregate_output_partition_is_the_owning_subtask(clicks: tuple[Path, pd.DataFrame], parallelism: int) -> None:
     path, _ = clicks
@@ -43,6 +44,7 @@ def record_subtask(batch: KeyedBatch, state: KeyedState) -> pa.Table:
     return pa.table({"user": batch.data.column("user"), "subtask": pa.array(np.full(rows, batch.subtask))})
 
 
+@pytest.mark.jvm
 def test_process_runs_each_key_in_its_subtask(clicks: tuple[Path, pd.DataFrame]) -> None:
     path, frame = clicks
     p = Pipeline(parallelism=3, config={**TEST_SPARK, "pipeline.max-parallelism": 300, **FIXED})

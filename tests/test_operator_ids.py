@@ -33,6 +33,7 @@ def assert_output(tmp: Path, all_events: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(got, expected_totals(all_events).reset_index(drop=True), check_dtype=False)
 
 
+@pytest.mark.jvm
 def test_state_survives_a_filter_inserted_upstream(spark, tmp_path: Path) -> None:
     """A stateless operator added before the keyed one changes no uid: the old checkpoint
     restores, and the totals continue from the state (pandas computes the expected answer)."""
@@ -49,6 +50,7 @@ def test_state_survives_a_filter_inserted_upstream(spark, tmp_path: Path) -> Non
     assert_output(tmp_path, pd.concat([first, second[second["amount"] >= 0]]))
 
 
+@pytest.mark.jvm
 def test_uid_keeps_state_across_a_rename(spark, tmp_path: Path) -> None:
     """A keyed operator without a uid is identified by its name and keys; a renamed one keeps
     its state when given the old uid."""
@@ -82,6 +84,7 @@ def test_derived_uids_ignore_other_operators() -> None:
     assert uids(with_others=False) == uids(with_others=True) == ["aggregate[k]", "aggregate[n]"]
 
 
+@pytest.mark.jvm
 def test_keyed_operators_that_share_a_name_and_keys_need_uids(spark, tmp_path: Path) -> None:
     """Their derived uids could swap state when the pipeline is built in another order,
     so a streaming run refuses them; explicit uids make them distinct."""

@@ -16,6 +16,8 @@ from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.session import spark_session
 from tests.pipelines import FIXED, TEST_SPARK, write_clicks
 
+pytestmark = pytest.mark.jvm  # every test here runs Spark
+
 
 @pytest.fixture(scope="module")
 def clicks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:

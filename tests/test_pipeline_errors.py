@@ -35,6 +35,7 @@ def pipeline(**config: object) -> Pipeline:
     return Pipeline(parallelism=2, config={**TEST_SPARK, **config})
 
 
+@pytest.mark.jvm
 @pytest.mark.parametrize("parallelism", [1, 2])
 def test_null_keys_fail_with_the_count(with_nulls: Path, parallelism: int) -> None:
     """Also at parallelism 1, where Spark's one-partition exchange ignores the routing expression."""
@@ -46,12 +47,14 @@ def test_null_keys_fail_with_the_count(with_nulls: Path, parallelism: int) -> No
         stream.to_arrow()
 
 
+@pytest.mark.jvm
 def test_null_keys_can_be_dropped(with_nulls: Path) -> None:
     stream = pipeline(**{"pipeline.null-keys": "drop"}).source(files(with_nulls)).key_by("user")
     result = stream.aggregate(total="sum(price)").to_pandas().set_index("user").total.to_dict()
     assert result == {"a": 6.0, "b": 3.0}
 
 
+@pytest.mark.jvm
 def test_null_keys_go_to_a_dead_letter_sink_and_none_are_lost(with_nulls: Path, tmp_path: Path) -> None:
     p = pipeline()
     dead = parquet(tmp_path / "dead")
@@ -64,6 +67,7 @@ def test_null_keys_go_to_a_dead_letter_sink_and_none_are_lost(with_nulls: Path, 
     assert sorted(sink.rows for sink in result.sinks) == [2, 2]
 
 
+@pytest.mark.jvm
 def test_unknown_key_column(with_nulls: Path) -> None:
     stream = pipeline().source(files(with_nulls)).key_by("usr").aggregate(n="count(*)").set_name("per_user")
     with pytest.raises(
@@ -73,6 +77,7 @@ def test_unknown_key_column(with_nulls: Path) -> None:
         stream.to_arrow()
 
 
+@pytest.mark.jvm
 def test_unknown_column_in_an_expression(with_nulls: Path) -> None:
     stream = pipeline().source(files(with_nulls)).filter("prise > 0", name="positive")
     with pytest.raises(
@@ -89,6 +94,7 @@ def wrong_types(batch: KeyedBatch, state: KeyedState) -> pa.Table:
     return pa.table({"user": batch.keys.column("user"), "total": pa.array(["x"] * batch.num_keys)})
 
 
+@pytest.mark.jvm
 def test_process_returning_the_wrong_columns(with_nulls: Path) -> None:
     stream = pipeline(**{"pipeline.null-keys": "drop"}).source(files(with_nulls)).key_by("user")
     result = stream.process(wrong_columns, schema="user string, total double")
@@ -100,6 +106,7 @@ def test_process_returning_the_wrong_columns(with_nulls: Path) -> None:
         result.to_arrow()
 
 
+@pytest.mark.jvm
 def test_process_returning_the_wrong_types(with_nulls: Path) -> None:
     stream = pipeline(**{"pipeline.null-keys": "drop"}).source(files(with_nulls)).key_by("user")
     result = stream.process(wrong_types, schema="user string, total double")
@@ -113,12 +120,14 @@ def failing(batch: KeyedBatch, state: KeyedState) -> pa.Table:
     raise ZeroDivisionError("division by zero")
 
 
+@pytest.mark.jvm
 def test_process_function_that_raises(with_nulls: Path) -> None:
     stream = pipeline(**{"pipeline.null-keys": "drop"}).source(files(with_nulls)).key_by("user")
     with pytest.raises(PipelineError, match=r"^process 'failing' raised ZeroDivisionError: division by zero$"):
         stream.process(failing, schema="user string", state={"s": ValueState("int64")}).to_arrow()
 
 
+@pytest.mark.jvm
 def test_corrupt_input_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "bad.parquet").write_bytes(b"PAR1 this is not parquet")
@@ -126,6 +135,7 @@ def test_corrupt_input_file_is_named(tmp_path: Path) -> None:
         pipeline().source(files(tmp_path / "in")).to_arrow()
 
 
+@pytest.mark.jvm
 def test_malformed_json_record_is_an_error_not_a_null(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "events.json").write_text('{"user": "a", "price": 1}\n{"user": "b", "price": \n')
@@ -134,6 +144,7 @@ def test_malformed_json_record_is_an_error_not_a_null(tmp_path: Path) -> None:
         pipeline().source(source).to_arrow()
 
 
+@pytest.mark.jvm
 def test_missing_input_path(tmp_path: Path) -> None:
     with pytest.raises(PipelineError, match=r"input path .*nowhere does not exist"):
         pipeline().source(files(tmp_path / "nowhere")).to_arrow()
@@ -188,6 +199,7 @@ def test_invalid_api_arguments() -> None:
         timestamp(start="tomorrow")
 
 
+@pytest.mark.jvm
 def test_map_batches_schema_that_cannot_be_inferred(with_nulls: Path) -> None:
     def needs_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
         return batch.slice(0, 1).column(0)[0]  # fails on an empty batch
@@ -197,6 +209,7 @@ def test_map_batches_schema_that_cannot_be_inferred(with_nulls: Path) -> None:
         stream.to_arrow()
 
 
+@pytest.mark.jvm
 def test_map_batches_in_pandas_format(with_nulls: Path) -> None:
     def upper(frame: pd.DataFrame) -> pd.DataFrame:
         return frame.assign(user=frame.user.str.upper())
@@ -206,6 +219,7 @@ def test_map_batches_in_pandas_format(with_nulls: Path) -> None:
     assert rows.price.sum() == 15.0
 
 
+@pytest.mark.jvm
 def test_keywords_named_like_options_are_columns(with_nulls: Path) -> None:
     """``name`` and ``parallelism`` are ordinary column names for with_columns and aggregate."""
     source = pipeline(**{"pipeline.null-keys": "drop"}).source(files(with_nulls))
@@ -216,6 +230,7 @@ def test_keywords_named_like_options_are_columns(with_nulls: Path) -> None:
     assert totals.set_index("user").parallelism.to_dict() == {"a": 2, "b": 1}
 
 
+@pytest.mark.jvm
 def test_invalid_spark_setting_is_a_config_error(spark: object) -> None:
     stream = pipeline(**{"spark.sql.shuffle.partitions": "abc"}).source(files(Path(__file__).parent))
     with pytest.raises(ConfigError, match=r"spark.sql.shuffle.partitions='abc' was rejected by Spark"):
@@ -226,6 +241,7 @@ def mixed_pandas(batch: KeyedBatch, state: KeyedState) -> pd.DataFrame:
     return pd.DataFrame({"user": ["a", 1][: batch.num_keys] * batch.num_keys})
 
 
+@pytest.mark.jvm
 def test_pandas_result_arrow_cannot_convert(with_nulls: Path) -> None:
     stream = pipeline(**{"pipeline.null-keys": "drop"}).source(files(with_nulls)).key_by("user")
     with pytest.raises(PipelineError, match=r"process 'mixed_pandas' returned a pandas DataFrame Arrow cannot convert"):

@@ -17,8 +17,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
 
 from keyflow import KeyedBatch, KeyedState, Log, Pipeline, parquet
+from keyflow.cli.app import app
 from keyflow.connectors.streams import log
 from keyflow.errors import PipelineError, PlanError
 from keyflow.keygroups import key_group_range, split_key_groups
@@ -67,6 +69,7 @@ def assert_answers(base: Path, all_events: pd.DataFrame) -> None:
 
 # Every parallelism 1..3 and split count 1, 7, 64 appears: fewer splits than subtasks (idle
 # subtasks), splits not a multiple of the parallelism, and many splits per subtask.
+@pytest.mark.jvm
 @pytest.mark.parametrize(("parallelism", "splits"), [(1, 7), (2, 1), (2, 64), (3, 7), (3, 64)])
 def test_results_equal_key_by_and_pandas(tmp_path: Path, parallelism: int, splits: int) -> None:
     """Both ways over one log in one run: reinterpret_as_keyed and key_by give pandas' answer."""
@@ -85,6 +88,7 @@ def test_results_equal_key_by_and_pandas(tmp_path: Path, parallelism: int, split
         assert_answers(tmp_path / how, all_events)
 
 
+@pytest.mark.jvm
 def test_each_subtask_reads_its_key_groups_splits_with_no_shuffle(tmp_path: Path) -> None:
     """Partition i holds exactly subtask i's key groups: each row's key group is its split's
     (from the persisted mapping) and lies in the range of the subtask that processed it; and
@@ -140,6 +144,7 @@ def _split_of_users(path: Path) -> dict[str, int]:
     }
 
 
+@pytest.mark.jvm
 def test_restart_at_other_parallelisms_with_splits_added_in_between(tmp_path: Path) -> None:
     """2 → 3 → 1 with new splits (and new keys in them) added between runs; the mapping of the
     first run is kept, new splits get key groups of their own; no state file is rewritten."""
@@ -193,6 +198,7 @@ def _state_files(checkpoint: Path) -> dict[str, tuple[int, int]]:
     }
 
 
+@pytest.mark.jvm
 def test_live_rescale_and_a_split_added_while_running(tmp_path: Path) -> None:
     """Live 2 → 4 → 2: a rescale takes effect from the micro-batch after the next (Spark plans
     a batch's source partitions before it runs); the source's tasks follow it."""
@@ -226,10 +232,11 @@ def test_live_rescale_and_a_split_added_while_running(tmp_path: Path) -> None:
     assert_answers(tmp_path, pd.concat(parts))
 
 
+@pytest.mark.jvm
 def test_kill_9_mid_batch_then_restart(tmp_path: Path) -> None:
     """The driver killed after the sinks wrote micro-batch 1 but before its commit; a split is
-    added: the restart at another parallelism replays the batch, maps the new split, and the
-    answer is pandas' (no lost or doubled row)."""
+    added: the restart (in this process) at another parallelism replays the batch, maps the new
+    split, and the answer is pandas' (no lost or doubled row)."""
     parts = [events(3_000, 200, start=0, seed=21)]
     write_log(tmp_path / "log", parts[0], 6)
     script = tmp_path / "job.py"
@@ -254,11 +261,11 @@ def test_kill_9_mid_batch_then_restart(tmp_path: Path) -> None:
     Log(tmp_path / "log").add_splits(1)
     parts.append(_new_users(events(400, 30, start=4_000, seed=23), "after-kill-"))
     append_to_split(tmp_path / "log", parts[-1], 6)
-    restarted = subprocess.run([sys.executable, str(script), "3"], capture_output=True, text=True, timeout=300)
-    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    pre_keyed_pipeline(tmp_path, 3, rows_per_batch=1_000).run(str(tmp_path / "ckpt"), available_now=True)
     assert_answers(tmp_path, pd.concat(parts))
 
 
+@pytest.mark.jvm
 def test_a_key_in_two_splits_stops_the_job_before_the_batch_commits(tmp_path: Path) -> None:
     """Found in one micro-batch (two splits, possibly read by two subtasks) and across
     micro-batches (a key first seen in one split comes back in another)."""
@@ -283,6 +290,7 @@ def test_a_key_in_two_splits_stops_the_job_before_the_batch_commits(tmp_path: Pa
     assert sorted(p.name for p in (tmp_path / "totals").glob("part-*")) == published
 
 
+@pytest.mark.jvm
 def test_a_new_key_in_two_splits_of_one_batch_is_caught(tmp_path: Path) -> None:
     rows = pd.DataFrame({"user": ["x", "y"], "amount": [1, 2], "seq": [0, 1]})
     Log.create(tmp_path / "log", 3, EVENTS)
@@ -293,6 +301,7 @@ def test_a_new_key_in_two_splits_of_one_batch_is_caught(tmp_path: Path) -> None:
     assert Checkpoint(str(tmp_path / "ckpt")).versions() == []
 
 
+@pytest.mark.jvm
 def test_an_aggregate_alone_names_the_key_in_two_splits_not_its_neighbour(tmp_path: Path) -> None:
     """The aggregate groups rows by hashing (arrival order differs from grouped order): the key
     reported is the one whose rows came from two splits."""
@@ -306,6 +315,7 @@ def test_an_aggregate_alone_names_the_key_in_two_splits_not_its_neighbour(tmp_pa
         p.run(str(tmp_path / "ckpt"), available_now=True)
 
 
+@pytest.mark.jvm
 def test_warn_counts_keys_in_two_splits_and_goes_on(tmp_path: Path) -> None:
     rows = pd.DataFrame({"user": ["x", "y", "z"], "amount": [1, 2, 3], "seq": [0, 1, 2]})
     Log.create(tmp_path / "log", 2, EVENTS)
@@ -317,6 +327,7 @@ def test_warn_counts_keys_in_two_splits_and_goes_on(tmp_path: Path) -> None:
     assert Checkpoint(str(tmp_path / "ckpt")).versions() == [0]
 
 
+@pytest.mark.jvm
 def test_verify_off_checks_nothing(tmp_path: Path) -> None:
     rows = pd.DataFrame({"user": ["x"], "amount": [1], "seq": [0]})
     Log.create(tmp_path / "log", 2, EVENTS)
@@ -331,6 +342,7 @@ def test_verify_off_checks_nothing(tmp_path: Path) -> None:
     assert manifest.pre_keyed["complete"] is False  # the index misses these keys
 
 
+@pytest.mark.jvm
 def test_the_split_index_holds_every_key_once_in_few_files(tmp_path: Path) -> None:
     """Eight micro-batches of new keys: the index files merge as a binary counter (fewer files
     than batches), and together hold each key once with its split's key group."""
@@ -355,6 +367,7 @@ def test_the_split_index_holds_every_key_once_in_few_files(tmp_path: Path) -> No
         assert (index["__keyflow_key_group"] == index["user"].map(split_of).map(mapping.__getitem__)).all()
 
 
+@pytest.mark.jvm
 def test_more_splits_than_key_groups_is_a_clear_error(tmp_path: Path) -> None:
     Log.create(tmp_path / "log", 9, EVENTS)
     p = pre_keyed_pipeline(tmp_path, 2, **{"pipeline.max-parallelism": 8})
@@ -366,6 +379,7 @@ def test_more_splits_than_key_groups_is_a_clear_error(tmp_path: Path) -> None:
         p.run(str(tmp_path / "ckpt"), available_now=True)
 
 
+@pytest.mark.jvm
 def test_a_log_with_fewer_splits_than_the_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     write_log(tmp_path / "log", events(300, 20, start=0, seed=1), 5)
     pre_keyed_pipeline(tmp_path, 2).run(str(tmp_path / "ckpt"), available_now=True)
@@ -432,6 +446,7 @@ def _plan(build: object, p: Pipeline, path: str) -> None:
     p.plan()
 
 
+@pytest.mark.jvm
 def test_filters_and_with_columns_keep_the_source_pre_keyed(tmp_path: Path) -> None:
     all_events = events(2_000, 100, start=0, seed=41)
     write_log(tmp_path / "log", all_events, 5)
@@ -452,18 +467,19 @@ def test_filters_and_with_columns_keep_the_source_pre_keyed(tmp_path: Path) -> N
     pd.testing.assert_frame_equal(got, want.sort_values("user").reset_index(drop=True), check_dtype=False)
 
 
-def test_the_example_runs_rescaled_and_equals_pandas(tmp_path: Path) -> None:
-    """examples/pre_keyed.py as a user runs it: keyflow run, more clicks, keyflow run -p 3."""
+@pytest.mark.jvm
+def test_the_example_runs_rescaled_and_equals_pandas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/pre_keyed.py as a user runs it: keyflow run, more clicks, keyflow run -p 3 (the
+    runs in this process, on the shared SparkSession; the appending script in its own)."""
     example = Path(__file__).resolve().parent.parent / "examples" / "pre_keyed.py"
-    keyflow = Path(sys.executable).with_name("keyflow")
-    run = [str(keyflow), "run", str(example), "--checkpoint", "ckpt", "--available-now", "--conf",
-           "spark.master=local[2]", "--conf", "pipeline.progress=off"]  # fmt: skip
-    first = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0, first.stdout + first.stderr
+    monkeypatch.chdir(tmp_path)  # the example's paths are relative
+    run = ["run", str(example), "--checkpoint", "ckpt", "--available-now", "--conf", "pipeline.progress=off"]
+    first = CliRunner().invoke(app, run)
+    assert first.exit_code == 0, first.output
     more = subprocess.run([sys.executable, str(example)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert more.returncode == 0, more.stdout + more.stderr
-    second = subprocess.run([*run, "-p", "3"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stdout + second.stderr
+    second = CliRunner().invoke(app, [*run, "-p", "3"])
+    assert second.exit_code == 0, second.output
     assert "parallelism 3" in second.stdout
 
     clicks = Log(tmp_path / "data" / "pre_keyed_clicks")
@@ -480,6 +496,7 @@ def test_the_example_runs_rescaled_and_equals_pandas(tmp_path: Path) -> None:
     assert np.allclose(spend["spend"].to_numpy(), ordered.groupby("user")["price"].cumsum().to_numpy())
 
 
+@pytest.mark.jvm
 def test_switching_between_key_by_and_pre_keyed_on_a_checkpoint_is_refused(tmp_path: Path) -> None:
     """State under split key groups is not where key_by looks for it (and the other way round)."""
     write_log(tmp_path / "log", events(500, 30, start=0, seed=51), 4)
@@ -495,6 +512,7 @@ def test_switching_between_key_by_and_pre_keyed_on_a_checkpoint_is_refused(tmp_p
         p.run(checkpoint, available_now=True)
 
 
+@pytest.mark.jvm
 def test_dead_letters_of_a_key_by_beside_a_pre_keyed_branch_keep_the_source_columns(tmp_path: Path) -> None:
     rows = pd.DataFrame({"user": ["x", None, "y"], "amount": [1, 2, 3], "seq": [0, 1, 2]})
     Log.create(tmp_path / "log", 2, EVENTS)
@@ -512,6 +530,7 @@ def test_dead_letters_of_a_key_by_beside_a_pre_keyed_branch_keep_the_source_colu
     assert dead.to_dict("records") == [{"user": None, "amount": 2, "seq": 1}]
 
 
+@pytest.mark.jvm
 def test_an_upsert_reader_stops_when_the_log_is_no_longer_split_by_its_key(tmp_path: Path) -> None:
     """Splits added to a keyed log while a changelog pipeline reads it: the changes of a key may
     now be in two splits, out of order; the reader says so instead of reading them."""

@@ -32,6 +32,7 @@ def per_user(p: Pipeline, path: Path) -> object:
     return p.source(files(path)).key_by("user").aggregate(clicks="count(*)", revenue="sum(price)")
 
 
+@pytest.mark.jvm
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
 def test_results_equal_key_by_and_pandas(tmp_path: Path, parallelism: int) -> None:
     clicks = write_clicks(tmp_path / "clicks", rows=6_000, users=250)
@@ -52,6 +53,7 @@ def test_results_equal_key_by_and_pandas(tmp_path: Path, parallelism: int) -> No
         assert got["reinterpret"][column].tolist() == expected.sort_values("user")[want].tolist()
 
 
+@pytest.mark.jvm
 def test_the_keyed_operator_after_it_has_no_exchange(tmp_path: Path) -> None:
     """The plan shows a forward edge (one vertex), and Spark's physical plan of the second
     keyed operator adds no shuffle to the first one's."""
@@ -75,6 +77,7 @@ def _exchanges(frame: object) -> int:
     return physical.count("Exchange ")
 
 
+@pytest.mark.jvm
 def test_rows_not_keyed_as_declared_stop_the_job(tmp_path: Path) -> None:
     """A process function that rewrites the key column breaks the declaration: caught."""
     write_clicks(tmp_path / "clicks", rows=2_000, users=50)
@@ -153,6 +156,7 @@ def streaming_pipeline(base: Path, parallelism: int) -> Pipeline:
     return p
 
 
+@pytest.mark.jvm
 def test_streaming_restart_and_live_rescale_keep_the_state_of_both_operators(tmp_path: Path) -> None:
     from tests.streams import append, events, read_output
 
@@ -191,6 +195,7 @@ def totals_then_aggregate(base: Path, how: str) -> Pipeline:
     return p
 
 
+@pytest.mark.jvm
 def test_streaming_aggregate_after_it_emits_what_key_by_emits(tmp_path: Path) -> None:
     """Per micro-batch, every key the batch touched with its running values (changed or not)."""
     from tests.streams import append, events, read_output
@@ -208,6 +213,7 @@ def test_streaming_aggregate_after_it_emits_what_key_by_emits(tmp_path: Path) ->
         totals_then_aggregate(tmp_path, "reinterpret").run(checkpoint=str(tmp_path / "ckpt-key_by"), available_now=True)
 
 
+@pytest.mark.jvm
 def test_null_keys_and_unsupported_aggregates_after_it(tmp_path: Path) -> None:
     write_clicks(tmp_path / "clicks", rows=1_000, users=30)
 

@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from keyflow.cli.app import app
 
 KEYFLOW = Path(sys.executable).with_name("keyflow")
 
@@ -51,14 +54,14 @@ def browse(chromium: str, page: Path, *flags: str) -> str:
     return result.stdout
 
 
+@pytest.mark.jvm
 def test_run_report_shows_each_stage_its_parallelism_and_loads(tmp_path: Path, chromium: str) -> None:
     (tmp_path / "in").mkdir()
     file = tmp_path / "job.py"
     file.write_text(f"IN = {str(tmp_path / 'in')!r}\nOUT = {str(tmp_path / 'out')!r}\n" + PIPELINE_FILE)
     report = tmp_path / "report.html"
-    run = [str(KEYFLOW), "run", str(file), "--json", "--report", str(report)]
-    result = subprocess.run(run, capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    result = CliRunner().invoke(app, ["run", str(file), "--json", "--report", str(report)])  # on the shared session
+    assert result.exit_code == 0, result.output
     stages = {stage["operator"]: stage for stage in json.loads(result.stdout.splitlines()[-1])["stages"]}
     assert set(stages) == {"per_user", "per_amount"}
     assert stages["per_user"]["parallelism"] == 2  # max: the 2 slots of local[2]

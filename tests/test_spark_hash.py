@@ -11,6 +11,8 @@ from pyspark.sql import functions as F
 from keyflow.keygroups import assign_to_key_group, assign_to_key_groups, subtasks_for_key_groups
 from keyflow.runtime.keygroups import key_group_column, subtask_column
 
+pytestmark = pytest.mark.jvm  # every test here runs Spark
+
 ROWS = 100_000
 K = 27720
 

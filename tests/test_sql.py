@@ -64,6 +64,7 @@ def sorted_frame(frame: pd.DataFrame, by: str) -> pd.DataFrame:
     return frame.sort_values(by).reset_index(drop=True)
 
 
+@pytest.mark.jvm
 @pytest.mark.parametrize("scan_parallelism", [1, 3, None])
 def test_group_by_equals_duckdb_at_each_scan_parallelism(tmp_path: Path, scan_parallelism: int | None) -> None:
     files = write_orders(tmp_path / "orders")
@@ -90,6 +91,7 @@ def test_group_by_equals_duckdb_at_each_scan_parallelism(tmp_path: Path, scan_pa
     pd.testing.assert_frame_equal(got, expected, check_dtype=False, rtol=1e-9)
 
 
+@pytest.mark.jvm
 def test_projection_and_filter_equal_duckdb_in_json_and_csv(tmp_path: Path) -> None:
     files = write_orders(tmp_path / "orders", rows=2_000)
     query = (
@@ -120,6 +122,7 @@ def test_projection_and_filter_equal_duckdb_in_json_and_csv(tmp_path: Path) -> N
         pd.testing.assert_frame_equal(sorted_frame(got, "order_id"), expected, check_dtype=False, rtol=1e-9)
 
 
+@pytest.mark.jvm
 def test_datagen_rows_follow_the_flink_options(tmp_path: Path) -> None:
     p = pipeline()
     p.sql(
@@ -143,6 +146,7 @@ def test_datagen_rows_follow_the_flink_options(tmp_path: Path) -> None:
     assert stats == (4000, 100, 4099, 4000, 1, 20, pytest.approx(5, abs=0.01), pytest.approx(6, abs=0.01), 4, "INTEGER")
 
 
+@pytest.mark.jvm
 def test_sink_routed_by_primary_key_holds_whole_keys_per_file(tmp_path: Path) -> None:
     """table.exec.sink.keyed-shuffle AUTO: sink parallelism 3 differs from its input's 2, so
     rows reach the sink by the primary key's key group: every key is in exactly one file."""
@@ -204,6 +208,7 @@ def test_append_stream_to_sink_without_pk_force_key_by() -> None:
     assert sink_partitioner("FORCE", 3, primary_key=False) == "rebalance"
 
 
+@pytest.mark.jvm
 def test_set_configures_the_job_and_conf_wins(tmp_path: Path) -> None:
     files = write_orders(tmp_path / "orders", rows=500)
     script = tmp_path / "job.sql"
@@ -238,6 +243,7 @@ def test_explain_prints_the_plan_and_runs_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.jvm
 def test_print_sink_shows_rows_like_flink(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     pd.DataFrame({"k": [1, 2], "v": ["a", None]}).to_parquet(tmp_path / "in" / "x.parquet")
@@ -254,6 +260,7 @@ def test_print_sink_shows_rows_like_flink(tmp_path: Path) -> None:
     assert "rows> +I[2, null]" in result.output  # Flink's Row.toString
 
 
+@pytest.mark.jvm
 def test_python_and_sql_mix_in_one_pipeline(tmp_path: Path) -> None:
     files = write_orders(tmp_path / "orders", rows=1_500)
     p = pipeline()
@@ -276,6 +283,7 @@ def test_python_and_sql_mix_in_one_pipeline(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(got, sorted_frame(expected, "user_id"), check_dtype=False, rtol=1e-9)
 
 
+@pytest.mark.jvm
 def test_group_by_over_a_watched_directory_emits_a_changelog(tmp_path: Path) -> None:
     """An unbounded source: each micro-batch (one file) updates the groups it touches with
     -U/+U; the current table of the output equals DuckDB's answer over all files."""
@@ -317,6 +325,7 @@ def test_log_append_of_a_changelog_file(tmp_path: Path) -> None:
     assert sum(Log(tmp_path / "log").end_offsets()) == 3  # the bad file appended nothing
 
 
+@pytest.mark.jvm
 def test_group_by_without_aggregates_is_distinct(tmp_path: Path) -> None:
     files = write_orders(tmp_path / "orders", rows=2_000)
     p = pipeline()

@@ -37,6 +37,7 @@ def test_the_doc_has_the_examples_this_test_runs() -> None:
     assert len(fenced(SQL_DOC, "python")) == 1
 
 
+@pytest.mark.jvm
 def test_first_script_prints_five_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     output = run_sql(fenced(SQL_DOC, "sql")[0], tmp_path / "first.sql")
@@ -45,12 +46,14 @@ def test_first_script_prints_five_groups(tmp_path: Path, monkeypatch: pytest.Mon
     assert sum(int(line.split(", ")[1]) for line in lines) == pytest.approx(9_900, abs=60)  # ~1 % have price <= 1
 
 
+@pytest.mark.jvm
 def test_python_example_mixes_sql_and_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (block,) = fenced(SQL_DOC, "python")
     exec(compile(block, "docs/sql.md", "exec"), {"__name__": "docs_example"})  # it asserts its own result
 
 
+@pytest.mark.jvm
 def test_worked_retraction_example_prints_what_the_doc_shows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     schema = pa.schema([("payment_id", pa.int64()), ("payer", pa.string()), ("amount", pa.int64())])
@@ -73,6 +76,7 @@ def test_worked_retraction_example_prints_what_the_doc_shows(tmp_path: Path, mon
     assert printed == [sorted(shown_lines[:2]), sorted(shown_lines[2:])]
 
 
+@pytest.mark.jvm
 def test_orders_example_equals_a_pandas_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     writer = runpy.run_path(str(ROOT / "examples" / "orders_log.py"))

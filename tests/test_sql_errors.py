@@ -275,6 +275,7 @@ def test_a_log_not_split_by_the_primary_key_is_refused_as_a_changelog(tmp_path: 
         Log(changes).append(pa.table({"order_id": [1], "user_id": ["a"], "amount": [1.0], "op": ["+I"]}))
 
 
+@pytest.mark.jvm
 def test_python_streams_that_lose_row_kinds_are_refused(tmp_path: Path) -> None:
     schema = pa.schema([("id", pa.int64()), ("user", pa.string()), ("amount", pa.int64())])
     Log.create(tmp_path / "log", 2, schema).append(pa.table({"id": [1], "user": ["a"], "amount": [3]}), key="id")

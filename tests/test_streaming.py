@@ -22,6 +22,8 @@ from tests.streams import (
     running_total,
 )
 
+pytestmark = pytest.mark.jvm  # every test here runs Spark
+
 
 def totals_pipeline(tmp: Path, parallelism: int, **extra: object) -> Pipeline:
     pipeline = Pipeline(config=config(parallelism, **extra))
@@ -38,6 +40,7 @@ def assert_totals(tmp: Path, all_events: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)
 
 
+@pytest.mark.smoke  # the one pipeline of the fast lane (make check)
 def test_restart_at_another_parallelism_continues_the_state(spark, tmp_path: Path) -> None:
     first = events(2_000, 150, start=0, seed=1)
     append(tmp_path / "log", first)

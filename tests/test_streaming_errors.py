@@ -26,23 +26,27 @@ def checkpointed(spark, tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.jvm
 def test_other_max_parallelism_is_refused(checkpointed: Path) -> None:
     pipeline = totals(checkpointed, **{"pipeline.max-parallelism": 128})
     with pytest.raises(PlanError, match=r"pipeline.max-parallelism=128 .* holds state in 64 key groups.* set it to 64"):
         pipeline.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
 
 
+@pytest.mark.jvm
 def test_unset_max_parallelism_is_read_from_the_checkpoint(checkpointed: Path) -> None:
     append(checkpointed / "log", events(100, 20, start=300, seed=2))
     result = totals(checkpointed).run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
     assert result.plan.max_parallelism == 64  # not re-derived by the default policy (27720)
 
 
+@pytest.mark.jvm
 def test_checkpoint_of_another_pipeline_is_refused(checkpointed: Path) -> None:
     with pytest.raises(PlanError, match=r"belongs to pipeline 'keyflow', not 'other'; use another checkpoint"):
         totals(checkpointed, "other").run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
 
 
+@pytest.mark.jvm
 def test_missing_and_unknown_operators(checkpointed: Path) -> None:
     changed = Pipeline(config=config(2))
     changed.source(log(str(checkpointed / "log"))).select("user", "amount").key_by("user").aggregate(
@@ -61,6 +65,7 @@ def test_missing_and_unknown_operators(checkpointed: Path) -> None:
     dropping.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)  # allowed: the state is dropped
 
 
+@pytest.mark.jvm
 def test_changed_state_declaration_is_refused(checkpointed: Path) -> None:
     from keyflow import ValueState
 
@@ -72,6 +77,7 @@ def test_changed_state_declaration_is_refused(checkpointed: Path) -> None:
         pipeline.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
 
 
+@pytest.mark.jvm
 def test_deleted_manifests_are_detected(checkpointed: Path) -> None:
     for manifest in (checkpointed / "ckpt" / "manifests").glob("*.json"):
         manifest.unlink()
@@ -79,6 +85,7 @@ def test_deleted_manifests_are_detected(checkpointed: Path) -> None:
         totals(checkpointed).run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
 
 
+@pytest.mark.jvm
 def test_non_checkpoint_directory_and_missing_checkpoint(spark, tmp_path: Path) -> None:
     append(tmp_path / "log", events(10, 2, start=0, seed=1))
     (tmp_path / "busy").mkdir()
@@ -89,6 +96,7 @@ def test_non_checkpoint_directory_and_missing_checkpoint(spark, tmp_path: Path) 
         totals(tmp_path).run()
 
 
+@pytest.mark.jvm
 def test_streaming_needs_one_unbounded_source(spark, tmp_path: Path) -> None:
     pipeline = Pipeline(config=config(2))
     pipeline.source(datagen(rows=10, fields={"k": random_int(1, 3)})).sink(parquet(tmp_path / "out"))
@@ -96,6 +104,7 @@ def test_streaming_needs_one_unbounded_source(spark, tmp_path: Path) -> None:
         pipeline.run(checkpoint=str(tmp_path / "ckpt"))
 
 
+@pytest.mark.jvm
 def test_aggregate_that_cannot_be_merged_is_refused(spark, tmp_path: Path) -> None:
     pipeline = Pipeline(config=config(2))
     source = datagen(rows=100, rows_per_second=1e6, fields={"k": random_int(1, 3), "v": random_int(1, 9)})
@@ -104,6 +113,7 @@ def test_aggregate_that_cannot_be_merged_is_refused(spark, tmp_path: Path) -> No
         pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
 
 
+@pytest.mark.jvm
 def test_bad_source_options(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match=r"is not a keyflow log; create it with `keyflow log append"):
         log(str(tmp_path / "nolog"))
@@ -129,6 +139,7 @@ def test_state_named_like_a_key_is_refused(tmp_path: Path) -> None:
         keyed.process(running_total, TOTAL_SCHEMA, state={"__x": ValueState("int64")})
 
 
+@pytest.mark.jvm
 def test_lost_source_checkpoint_is_detected(checkpointed: Path) -> None:
     import shutil
 
@@ -138,6 +149,7 @@ def test_lost_source_checkpoint_is_detected(checkpointed: Path) -> None:
         totals(checkpointed).run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
 
 
+@pytest.mark.jvm
 def test_inferred_source_schema_is_fixed_by_the_first_run(spark, tmp_path: Path) -> None:
     import pandas as pd
 
@@ -156,6 +168,7 @@ def test_inferred_source_schema_is_fixed_by_the_first_run(spark, tmp_path: Path)
         run()
 
 
+@pytest.mark.jvm
 def test_restart_removes_output_the_checkpoint_does_not_have(checkpointed: Path) -> None:
     stray = checkpointed / "out" / "part-b0000000099-00000.snappy.parquet"
     stray.write_bytes((checkpointed / "out").glob("part-b0000000000-*").__next__().read_bytes())
@@ -164,6 +177,7 @@ def test_restart_removes_output_the_checkpoint_does_not_have(checkpointed: Path)
     assert not stray.exists()
 
 
+@pytest.mark.jvm
 def test_rescale_events_are_logged_when_a_batch_commits(checkpointed: Path) -> None:
     from keyflow.state.checkpoint import Checkpoint
 
@@ -177,6 +191,7 @@ def test_rescale_events_are_logged_when_a_batch_commits(checkpointed: Path) -> N
     assert (event["from"], event["to"], event["reason"], event["batch"]) == (2, 3, "restart", checkpoint.versions()[-1])
 
 
+@pytest.mark.jvm
 def test_stop_during_a_batch_is_not_a_failure(spark, tmp_path: Path) -> None:
     import time
 
@@ -200,6 +215,7 @@ def test_stop_during_a_batch_is_not_a_failure(spark, tmp_path: Path) -> None:
     assert job.status == "stopped"
 
 
+@pytest.mark.jvm
 def test_two_jobs_on_one_checkpoint_are_refused(spark, tmp_path: Path) -> None:
     append(tmp_path / "log", events(100, 10, start=0, seed=1))
     first = totals(tmp_path).start(checkpoint=str(tmp_path / "ckpt"))
@@ -211,6 +227,7 @@ def test_two_jobs_on_one_checkpoint_are_refused(spark, tmp_path: Path) -> None:
     totals(tmp_path).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)  # free again after stop()
 
 
+@pytest.mark.jvm
 def test_more_bad_inputs(spark, tmp_path: Path) -> None:
     import threading
 

@@ -19,6 +19,7 @@ def latest_per_key(output: pd.DataFrame, key: str) -> pd.DataFrame:
     return output.groupby(key).last().sort_index()
 
 
+@pytest.mark.jvm
 def test_unbounded_datagen_gives_the_rows_of_bounded_datagen(spark, tmp_path: Path) -> None:
     fields = {"k": random_int(1, 300), "v": random_float(0, 10)}
     stream = Pipeline(config=config(2))
@@ -34,6 +35,7 @@ def test_unbounded_datagen_gives_the_rows_of_bounded_datagen(spark, tmp_path: Pa
     pd.testing.assert_frame_equal(got[["n", "total", "low", "mean"]], expected, check_dtype=False)
 
 
+@pytest.mark.jvm
 def test_watched_directory_reads_new_files_once(spark, tmp_path: Path) -> None:
     rng = np.random.default_rng(8)
     incoming = tmp_path / "incoming"
@@ -80,6 +82,7 @@ def test_log_keeps_each_key_in_one_split_and_reads_ranges(tmp_path: Path) -> Non
         Log.create(tmp_path / "other", 0, EVENTS)
 
 
+@pytest.mark.jvm
 def test_failed_micro_batch_loses_nothing(spark, tmp_path: Path) -> None:
     """A process function that raises fails the batch with a clear error; after the fix the
     same checkpoint replays that batch and the output is complete and exact."""
@@ -109,6 +112,7 @@ def test_failed_micro_batch_loses_nothing(spark, tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(got, expected_totals(data).reset_index(drop=True), check_dtype=False)
 
 
+@pytest.mark.jvm
 def test_changed_key_type_is_refused(spark, tmp_path: Path) -> None:
     append(tmp_path / "log", events(200, 10, start=0, seed=2))
 
@@ -125,6 +129,7 @@ def test_changed_key_type_is_refused(spark, tmp_path: Path) -> None:
         pipeline("cast(user as binary)").run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
 
 
+@pytest.mark.jvm
 def test_batches_that_leave_a_keyed_operator_without_rows_commit(spark, tmp_path: Path) -> None:
     """A keyed subtask without rows writes no state file (its state is unchanged) and the stream goes on."""
     quiet = events(300, 10, start=0, seed=1)
@@ -151,6 +156,7 @@ def test_batches_that_leave_a_keyed_operator_without_rows_commit(spark, tmp_path
     pd.testing.assert_frame_equal(got[["big"]], expected, check_dtype=False)
 
 
+@pytest.mark.jvm
 def test_min_max_follow_spark_for_nan_timestamps_and_booleans(spark, tmp_path: Path) -> None:
     incoming = tmp_path / "incoming"
     incoming.mkdir()
@@ -182,6 +188,7 @@ def test_min_max_follow_spark_for_nan_timestamps_and_booleans(spark, tmp_path: P
     pd.testing.assert_frame_equal(got[list(aggregates)], expected.sort_index()[list(aggregates)], check_dtype=False)
 
 
+@pytest.mark.jvm
 def test_log_takes_types_spark_reads(spark, tmp_path: Path) -> None:
     schema = pa.schema([("user", pa.large_string()), ("at", pa.timestamp("s")), ("n", pa.uint32())])
     target = Log.create(tmp_path / "log", 2, schema)
