@@ -18,7 +18,7 @@ if [ "${1:-}" = -- ]; then shift; fi
 if [ "$lane" = check ]; then
   args=(-m "not jvm or smoke")
 else
-  args=(-n "${KEYFLOW_TEST_WORKERS:-2}" --dist loadfile)
+  args=(-n "${KEYFLOW_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 fi
 "$bin/python" -m pytest "${args[@]}" "$@"
 status=$?

@@ -48,8 +48,9 @@ DENIED = (
     "(or pytestmark = pytest.mark.jvm for its module), or keep it off Spark"
 )
 
-# Short-lived test JVMs spend much of their CPU in the C2 JIT; C1 alone is ~20 % faster here.
-JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# Short-lived test JVMs spend much of their CPU compiling (C2 JIT) and in parallel GC threads;
+# one C1 compiler thread and the serial collector halve it, which matters with two workers on 2 cores.
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC"
 # The wrapper: record, refuse when the running test may not start Java, else run the real one.
 _WRAPPER = """#!/bin/sh
 if [ -e "$KEYFLOW_TEST_JVM_DENIED" ] && [ "$1" != "-version" ]; then
@@ -174,6 +175,14 @@ class _Totals:
 
 _process = _Process()
 _totals = _Totals()
+
+
+def jvm_starts() -> int:
+    """JVMs started so far by this test process and its subprocesses (for tests that prove a
+    command starts none)."""
+    return _process.jvm_lines()
+
+
 _SESSION = pytest.StashKey[pytest.Session]()
 
 

@@ -25,6 +25,7 @@ from keyflow.state.checkpoint import Checkpoint, Manifest, write_state_file
 from keyflow.state.integrity import retain, verify
 from keyflow.state.rollback import plan_rollback
 from keyflow.state.seal import UnsealedError, seal, unseal
+from tests.costs import jvm_starts
 from tests.streams import (
     TOTAL_SCHEMA,
     TOTAL_STATE,
@@ -388,4 +389,8 @@ def test_manifests_of_the_first_format_are_still_read(pristine: Path) -> None:
 
 
 def keyflow(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*KEYFLOW, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    """``keyflow checkpoints ...`` as a process; it reads files only and must start no JVM."""
+    before = jvm_starts()
+    result = subprocess.run([*KEYFLOW, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert jvm_starts() == before, f"keyflow {' '.join(args)} started a JVM"
+    return result
