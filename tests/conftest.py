@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from keyflow.runtime.session import spark_session
 
-pytest_plugins = ["tests.costs"]
+pytest_plugins = ["tests.costs", "pytester"]
 
 # The files that run longest start first, so that the two workers of make test end together
 # (with --dist loadfile a file runs in one worker; seconds per file: docs/testing.md).

@@ -41,7 +41,7 @@ import pytest
 RUN_MARK = "KEYFLOW_TEST_RUN"
 REAL_JAVA = "KEYFLOW_TEST_REAL_JAVA"
 SLOWEST_SHOWN = 15
-LEFTOVER_GRACE_SECONDS = 30.0
+LEFTOVER_GRACE_SECONDS = float(os.environ.get("KEYFLOW_TEST_LEFTOVER_GRACE", "30"))
 NOT_COUNTED = ("org.apache.spark.launcher.Main", "-version")
 DENIED = (
     "{test} started a JVM but is not marked jvm: mark it @pytest.mark.jvm "
