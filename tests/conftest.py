@@ -32,12 +32,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """A real local Spark with two cores, shared by the whole test process."""
-    session = spark_session(SESSION_CONF, app_name="keyflow-tests")
-    yield session
-    session.stop()
+@pytest.fixture
+def spark() -> SparkSession:
+    """The test process's one local Spark with two cores: started by the first test that needs
+    it, reused by the others (a new one only if a test stopped it)."""
+    return spark_session(SESSION_CONF, app_name="keyflow-tests")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -48,9 +54,8 @@ def _spark_restored(request: pytest.FixtureRequest) -> Iterator[None]:
     session: SparkSession = request.getfixturevalue("spark")
     before = _SessionState.of(session)
     yield
-    active = SparkSession.getActiveSession()
-    if active is not session:
-        return  # the test stopped the shared session: the next test starts a new one
+    if session.sparkContext._jsc is None:
+        return  # the test stopped the session: the next test starts a new one
     left_running = before.restore(session)
     if left_running:
         pytest.fail(f"{request.node.nodeid} left streaming queries running (stopped now): {left_running}")

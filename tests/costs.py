@@ -29,6 +29,7 @@ import signal
 import stat
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -43,6 +44,7 @@ REAL_JAVA = "KEYFLOW_TEST_REAL_JAVA"
 SLOWEST_SHOWN = 15
 LEFTOVER_GRACE_SECONDS = float(os.environ.get("KEYFLOW_TEST_LEFTOVER_GRACE", "30"))
 NOT_COUNTED = ("org.apache.spark.launcher.Main", "-version")
+DENIED_IN_PROCESS = "{test} used Spark but is not marked jvm: mark it @pytest.mark.jvm, or keep it off Spark"
 DENIED = (
     "{test} started a JVM but is not marked jvm: mark it @pytest.mark.jvm "
     "(or pytestmark = pytest.mark.jvm for its module), or keep it off Spark"
@@ -58,6 +60,7 @@ if [ -e "$KEYFLOW_TEST_JVM_DENIED" ] && [ "$1" != "-version" ]; then
   exit 97
 fi
 printf '%s\\t%s\\n' "${PYTEST_CURRENT_TEST:-session}" "$*" >> "$KEYFLOW_TEST_JVM_LOG"
+set -f  # the options split into words, never globbed
 exec "$KEYFLOW_TEST_REAL_JAVA" $KEYFLOW_TEST_JAVA_OPTIONS "$@"
 """
 
@@ -71,8 +74,9 @@ class _Process:
         self.denied = self.home / "denied"
         self.contexts = 0
         self.jvm_allowed = True
+        self.current = ""
 
-    def install(self) -> None:
+    def install(self, worker: bool) -> None:
         from keyflow.runtime.java import java_executable
 
         real = os.environ.get(REAL_JAVA) or os.path.realpath(java_executable())  # a worker inherits it
@@ -90,7 +94,8 @@ class _Process:
                 "KEYFLOW_TEST_JAVA_OPTIONS": os.environ.get("KEYFLOW_TEST_JAVA_OPTIONS", JAVA_OPTIONS),
             }
         )
-        os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
+        if not worker:  # a pytest-xdist worker keeps its controller's mark
+            os.environ[RUN_MARK] = uuid.uuid4().hex
         self._guard_spark_in_process()
 
     def _guard_spark_in_process(self) -> None:
@@ -99,29 +104,43 @@ class _Process:
 
         process = self
         start_context = SparkContext._do_init
+        launch_gateway = SparkContext._ensure_initialized
         active_session = SparkSession.getActiveSession
+        get_or_create = SparkSession.Builder.getOrCreate
 
         def counted_start(context: Any, *args: Any, **kwargs: Any) -> Any:
-            process.refuse_unless_allowed()
             process.contexts += 1
             return start_context(context, *args, **kwargs)
+
+        def guarded_launch(*args: Any, **kwargs: Any) -> Any:
+            process.refuse_unless_allowed()
+            return launch_gateway(*args, **kwargs)
 
         def guarded_active() -> Any:
             process.refuse_unless_allowed()
             return active_session()
 
+        def guarded_get_or_create(builder: Any) -> Any:
+            process.refuse_unless_allowed()
+            return get_or_create(builder)
+
         SparkContext._do_init = counted_start  # type: ignore[method-assign]
+        SparkContext._ensure_initialized = staticmethod(guarded_launch)  # type: ignore[method-assign,assignment]
         SparkSession.getActiveSession = staticmethod(guarded_active)  # type: ignore[method-assign]
+        SparkSession.Builder.getOrCreate = guarded_get_or_create  # type: ignore[method-assign]
 
     def refuse_unless_allowed(self) -> None:
-        if not self.jvm_allowed:
-            raise RuntimeError(self.denied.read_text())
+        """Refuse Spark to the running test's thread when it is not marked ``jvm`` (a thread
+        left by an earlier test, e.g. one stopping a job, is not the test's doing)."""
+        if not self.jvm_allowed and threading.current_thread() is threading.main_thread():
+            raise RuntimeError(DENIED_IN_PROCESS.format(test=self.current))
 
     def jvm_lines(self) -> int:
         return sum(1 for line in self.log.read_text().splitlines() if not _not_counted(line))
 
     def allow(self, item: pytest.Item) -> None:
         self.jvm_allowed = item.get_closest_marker("jvm") is not None
+        self.current = item.nodeid
         if self.jvm_allowed:
             self.denied.unlink(missing_ok=True)
         else:
@@ -187,7 +206,7 @@ _SESSION = pytest.StashKey[pytest.Session]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _process.install()
+    _process.install(worker=hasattr(config, "workerinput"))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -255,7 +274,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         print(f"  {pid}: {command[:200]}", file=sys.stderr)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    config.stash[_SESSION].exitstatus = pytest.ExitCode.TESTS_FAILED
+    session = config.stash[_SESSION]
+    if session.exitstatus == pytest.ExitCode.OK:  # an interrupt or error keeps its own status
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _own_gateway() -> int | None:
@@ -290,4 +311,9 @@ def _leftovers(run_id: str, own_jvm: int | None) -> dict[int, str]:
             pid = parents.get(pid, 0)
         return False
 
-    return {pid: command for pid, command in marked.items() if pid != os.getpid() and not in_own_spark(pid)}
+    ancestors = set()
+    pid = os.getpid()
+    while pid > 1:
+        ancestors.add(pid)
+        pid = parents.get(pid, 0)
+    return {pid: command for pid, command in marked.items() if pid not in ancestors and not in_own_spark(pid)}

@@ -39,11 +39,10 @@ def test_unmarked_tests_start_no_jvm_and_leftovers_fail_the_run(
     pytester.makepyfile(test_inner=INNER)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("KEYFLOW_TEST_LEFTOVER_GRACE", "0")
-    monkeypatch.delenv("KEYFLOW_TEST_RUN")  # the inner run marks its own processes, not this run's
     result = pytester.runpytest_subprocess("-p", "tests.costs", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*RuntimeError: *test_starts_spark_unmarked started a JVM but is not marked jvm*"])
+    result.stdout.fnmatch_lines(["*RuntimeError: *test_starts_spark_unmarked used Spark but is not marked jvm*"])
     result.stderr.fnmatch_lines(["FAILED: processes left running by the tests (killed now):", "*sleep 117*"])
     result.stdout.fnmatch_lines(["*15 slowest tests*", "all tests: 0 JVMs started, 0 SparkContexts in test processes"])
     still = subprocess.run(["pgrep", "-f", "sleep 117"], capture_output=True, text=True, check=False)
