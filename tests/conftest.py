@@ -32,10 +32,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def spark() -> SparkSession:
-    """The test process's one local Spark with two cores: started by the first test that needs
-    it, reused by the others (a new one only if a test stopped it)."""
+    """The test process's one local Spark with two cores, stopped when pytest ends."""
     return spark_session(SESSION_CONF, app_name="keyflow-tests")
 
 
@@ -52,10 +51,12 @@ def _spark_restored(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     session: SparkSession = request.getfixturevalue("spark")
+    if session.sparkContext._jsc is None:
+        pytest.fail("an earlier test stopped the shared SparkSession; tests must not stop it (docs/testing.md)")
     before = _SessionState.of(session)
     yield
     if session.sparkContext._jsc is None:
-        return  # the test stopped the session: the next test starts a new one
+        return  # stopped by this test: the next jvm test fails, naming why
     left_running = before.restore(session)
     if left_running:
         pytest.fail(f"{request.node.nodeid} left streaming queries running (stopped now): {left_running}")
