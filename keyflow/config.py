@@ -116,6 +116,15 @@ def _text(key: str, value: Any) -> str:
 
 AUTO_PARALLELISM = "execution.batch.adaptive.auto-parallelism."
 
+
+def auto_parallelism_bounds(low: int, high: int) -> str:
+    """The error for a lower bound of auto-parallelism above its upper bound."""
+    return (
+        f"min-parallelism={low} must be between 1 and max-parallelism={high}; lower min-parallelism or raise "
+        "max-parallelism"
+    )
+
+
 OPTIONS: dict[str, Option] = {
     option.key: option
     for option in (

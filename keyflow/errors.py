@@ -8,7 +8,14 @@ class KeyflowError(ValueError):
 
 
 class PlanError(KeyflowError):
-    """The pipeline cannot be compiled: bad parallelism, unknown operator option, ..."""
+    """The pipeline cannot be compiled: bad parallelism, unknown operator option, ...
+
+    One error may hold several ``problems`` (one line each): a plan is checked whole, so a
+    user fixes every mistake in one round, not one per run."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
 
 
 class PipelineError(KeyflowError):

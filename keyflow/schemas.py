@@ -4,6 +4,8 @@ columns or types" error (a process function's result, records appended to a log)
 from __future__ import annotations
 
 import pyarrow as pa
+import sqlglot
+from sqlglot import exp
 
 
 class ColumnsDifferError(ValueError):
@@ -22,3 +24,17 @@ def conform_to(table: pa.Table, schema: pa.Schema) -> pa.Table:
         return table.select(schema.names).cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
         raise TypesDifferError(str(error)) from None
+
+
+def ddl_names(schema: object) -> tuple[str, ...] | None:
+    """The column names of a DDL string (``"user string, n bigint"``) or an Arrow schema."""
+    names = getattr(schema, "names", None)
+    if names is not None:
+        return tuple(names)
+    if not isinstance(schema, str):
+        return None
+    try:
+        created = sqlglot.parse_one(f"CREATE TABLE t ({schema})", read="spark")
+    except sqlglot.errors.SqlglotError:
+        return None  # Spark reports the bad DDL where the operator is built
+    return tuple(column.name for column in created.this.expressions if isinstance(column, exp.ColumnDef))

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from keyflow import KeyedBatch, KeyedState, Pipeline, ValueState, files, parquet
+from keyflow import KeyedBatch, KeyedState, Pipeline, PlanError, ValueState, files, parquet
 from keyflow.config import ConfigError
 from keyflow.keygroups import assign_to_key_groups
 from keyflow.runtime.executor import RunResult
@@ -285,19 +285,17 @@ def test_even_balance_and_default_source_parallelism_on_spark(tmp_path: Path) ->
     assert set(seen["key"]) == set(events["key"])
 
 
-@pytest.mark.jvm
 def test_min_above_max_is_a_clear_error_naming_both(tmp_path: Path) -> None:
+    """Found when the plan is built: no Spark (this test may not start a JVM)."""
     write_events(tmp_path / "in", 100, 10, None)
+    p = Pipeline(config={**TEST_SPARK, AUTO + "min-parallelism": 3, AUTO + "max-parallelism": 2})
+    p.source(files(str(tmp_path / "in"))).key_by("key").aggregate(n="count(*)").sink(parquet(str(tmp_path / "out")))
     with pytest.raises(
-        ConfigError,
+        PlanError,
         match=r"execution.batch.adaptive.auto-parallelism.min-parallelism=3 must be between 1 and "
         r"max-parallelism=2; lower min-parallelism or raise max-parallelism",
     ):
-        run(
-            tmp_path,
-            {AUTO + "min-parallelism": 3, AUTO + "max-parallelism": 2},
-            lambda s: s.key_by("key").aggregate(n="count(*)").sink(parquet(str(tmp_path / "out"))),
-        )
+        p.plan()
 
 
 @pytest.mark.jvm

@@ -507,7 +507,9 @@ def test_switching_between_key_by_and_pre_keyed_on_a_checkpoint_is_refused(tmp_p
     keyed.process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq").sink(parquet(str(tmp_path / "a")))
     keyed.aggregate(n="count(*)", amount="sum(amount)").sink(parquet(str(tmp_path / "b")))
     with pytest.raises(
-        PlanError, match=r"operator 'running_total' .*'key_groups': 'hash'.* holds .*'key_groups': 'splits'"
+        PlanError,
+        match=r"operator 'running_total' .*: it now takes its key groups from the key hash, the checkpoint from a "
+        r"pre-keyed source's splits\. Change it back",
     ):
         p.run(checkpoint, available_now=True)
 

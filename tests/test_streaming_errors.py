@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from keyflow import KeyflowError, Pipeline, PlanError, datagen, files, log, parquet, random_int
-from tests.streams import TOTAL_SCHEMA, TOTAL_STATE, append, config, events, running_total
+from tests.streams import (
+    TOTAL_SCHEMA,
+    TOTAL_STATE,
+    append,
+    config,
+    events,
+    expected_counts,
+    latest_counts,
+    read_output,
+    running_total,
+)
 
 
 def totals(tmp: Path, name: str = "keyflow", **extra: object) -> Pipeline:
@@ -73,8 +84,42 @@ def test_changed_state_declaration_is_refused(checkpointed: Path) -> None:
     pipeline.source(log(str(checkpointed / "log"))).key_by("user").process(
         running_total, TOTAL_SCHEMA, state={"total": ValueState("float64")}, order_by="seq"
     ).sink(parquet(checkpointed / "out"))
-    with pytest.raises(PlanError, match=r"'total': 'double'.*its state cannot be restored"):
+    with pytest.raises(
+        PlanError,
+        match=r"cannot restore its state from checkpoint .*: it now keeps \{'total': 'double'\}, the checkpoint "
+        r"\{'total': 'int64'\}\. Change it back",
+    ):
         pipeline.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
+
+
+@pytest.mark.jvm
+def test_a_first_run_that_failed_before_its_first_commit_never_blocks_the_corrected_pipeline(
+    spark, tmp_path: Path
+) -> None:
+    """The first micro-batch fails (a bug in the function) after plan.json was written: the
+    corrected pipeline, with other operators and state, starts over on that checkpoint."""
+    data = events(600, 20, start=0, seed=4)
+    append(tmp_path / "log", data)
+
+    def broken(batch: object, state: object) -> None:
+        raise ValueError("bug in my function")
+
+    failing = Pipeline(config=config(2))
+    failing.source(log(str(tmp_path / "log"))).key_by("user").process(
+        broken, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq"
+    ).sink(parquet(tmp_path / "out"))
+    with pytest.raises(KeyflowError, match="bug in my function"):
+        failing.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert (tmp_path / "ckpt" / "plan.json").exists()
+    assert read_output(tmp_path / "out").empty
+
+    corrected = Pipeline(config=config(2))
+    corrected.source(log(str(tmp_path / "log"))).key_by("user").aggregate(events="count(*)", amount="sum(amount)").sink(
+        parquet(tmp_path / "out")
+    )
+    corrected.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    got = latest_counts(tmp_path / "out")[["user", "events", "amount"]]
+    pd.testing.assert_frame_equal(got, expected_counts(data), check_dtype=False)
 
 
 @pytest.mark.jvm

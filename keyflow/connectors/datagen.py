@@ -158,6 +158,9 @@ class DatagenSource:
             described.update(rows_per_second=self.rows_per_second, rows_per_batch=self.rows_per_batch)
         return described
 
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(self.fields)
+
     def read(self, spark: SparkSession, parallelism: int) -> DataFrame:
         """Exactly ``parallelism`` partitions of generated rows."""
         return self._generate(spark.range(0, self.rows or 0, 1, numPartitions=parallelism))

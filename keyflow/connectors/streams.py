@@ -302,6 +302,9 @@ class LogStreamSource:
     def read(self, spark: SparkSession, parallelism: int) -> Any:
         raise PlanError(f"log({self.path!r}) is unbounded; run the pipeline with a checkpoint: run(checkpoint=...)")
 
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(self.schema.names)
+
     def current_splits(self) -> int:
         """The log's number of splits now (splits may be added while a pipeline runs)."""
         return Log(self.path).splits

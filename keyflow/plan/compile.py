@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from keyflow.config import Config
-from keyflow.errors import PlanError
-from keyflow.keygroups import default_max_parallelism
+from keyflow.config import AUTO_PARALLELISM, Config, auto_parallelism_bounds
+from keyflow.errors import KeyflowError, PlanError
+from keyflow.keygroups import default_max_parallelism, split_key_groups
+from keyflow.plan.columns import column_problems
 from keyflow.plan.graph import Edge, JobGraph, Operator, Partitioner, Vertex
 from keyflow.plan.nodes import (
     FilterNode,
@@ -27,6 +28,7 @@ from keyflow.plan.nodes import (
     keyed_origin,
     upstream,
 )
+from keyflow.plan.physical import StateLayout, lower_keyed
 from keyflow.plan.uids import assign_uids
 
 
@@ -116,7 +118,16 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
     ordered = upstream(nodes, roots)
     default = config.default_parallelism()
     parallelism = {node.id: node.parallelism or default for node in ordered}
-    max_parallelism = _max_parallelism(ordered, parallelism, config)
+    streaming = any(getattr(n.source, "unbounded", False) for n in ordered if isinstance(n, SourceNode))
+    problems = [*_keyed_problems(ordered, streaming), *column_problems(nodes, ordered), *_option_problems(config)]
+    try:
+        max_parallelism = _max_parallelism(ordered, parallelism, config)
+    except PlanError as error:
+        raise PlanError(*problems, *error.problems) from None
+    pre_keyed = _pre_keyed_sources(ordered, nodes)
+    problems += _split_problems(pre_keyed, nodes, max_parallelism)
+    if problems:
+        raise PlanError(*problems)
     uids = assign_uids(ordered)
 
     consumers: dict[int, int] = {}
@@ -124,7 +135,6 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
         for input_id in node.inputs:
             consumers[input_id] = consumers.get(input_id, 0) + 1
 
-    pre_keyed = _pre_keyed_sources(ordered, nodes)
     vertex_of: dict[int, int] = {}
     chains: list[list[Node]] = []
     edges: list[Edge] = []
@@ -159,7 +169,7 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
                     node.kind,
                     parallelism[node.id],
                     _value(input_partitioner[node.id]),
-                    {**node.describe(), **_pre_keyed_details(node, nodes, pre_keyed)},
+                    {**node.describe(), **_pre_keyed_details(node, nodes, pre_keyed), **_layout(node, streaming)},
                 )
                 for node in chain
             ),
@@ -177,6 +187,55 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
     # As it reads back from JSON, so it compares equal to the plan a checkpoint persisted.
     persisted = JobGraph.from_dict(json.loads(graph.to_json()))
     return CompiledPlan(persisted, {node.id: node for node in ordered}, tuple(roots), config)
+
+
+def _keyed_problems(ordered: list[Node], streaming: bool) -> list[str]:
+    """Each keyed operator lowered to its physical kind: what cannot run (an aggregate state
+    cannot merge or retract, an expression that is not SQL) is found here, before Spark."""
+    problems: list[str] = []
+    for node in ordered:
+        if isinstance(node, KeyedNode):
+            try:
+                lower_keyed(node, streaming)
+            except PlanError as error:
+                problems.extend(error.problems)
+    return problems
+
+
+def _layout(node: Node, streaming: bool) -> dict[str, Any]:
+    """How a keyed operator lays out its state, where that is not the default (the plan of
+    earlier checkpoints omits the default, so a restore compares them equal)."""
+    if not isinstance(node, KeyedNode):
+        return {}
+    layout = lower_keyed(node, streaming).layout
+    return {} if layout is StateLayout.PARTIALS else {"state_layout": layout.value}
+
+
+def _option_problems(config: Config) -> list[str]:
+    """Options that contradict each other, whatever the data."""
+    low, high = config[AUTO_PARALLELISM + "min-parallelism"], config[AUTO_PARALLELISM + "max-parallelism"]
+    return [AUTO_PARALLELISM + auto_parallelism_bounds(low, high)] if high is not None and low > high else []
+
+
+def _split_problems(
+    pre_keyed: dict[int, tuple[str, ...]], nodes: Mapping[int, Node], max_parallelism: int
+) -> list[str]:
+    """A pre-keyed source needs a key group per split: more splits than key groups cannot run."""
+    problems = []
+    for source_id, keys in pre_keyed.items():
+        source = nodes[source_id]
+        assert isinstance(source, SourceNode)
+        if not getattr(source.source, "pre_keyable", False):
+            continue  # refused by the reinterpret check, with its own message
+        try:
+            split_key_groups((), source.source.current_splits(), max_parallelism)
+        except KeyflowError as error:
+            problems.append(pre_keyed_problem(source.name, keys, error))
+    return problems
+
+
+def pre_keyed_problem(source: str, keys: Sequence[str], error: Exception) -> str:
+    return f"source {source!r} (pre-keyed by {list(keys)}): {error}"
 
 
 def _value(partitioner: Partitioner | None) -> str | None:

@@ -8,7 +8,6 @@ the runtime turns the compiled plan into Spark DataFrame operations.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -104,9 +103,6 @@ class KeyedNode(Node):
         return self.keys
 
 
-DISTINCT = re.compile(r"\bdistinct\b", re.IGNORECASE)  # the keyword, not a column named distinct_users
-
-
 @dataclass(frozen=True, eq=False)
 class AggregateNode(KeyedNode):
     """Per-key aggregates. With ``changelog`` the input may carry row kinds (``op``): updates
@@ -117,22 +113,10 @@ class AggregateNode(KeyedNode):
     changelog_input: bool = False  # rows carry row kinds to retract (else: all inserts)
     kind: ClassVar[str] = "aggregate"
 
-    @property
-    def retracting(self) -> bool:
-        """Keeps what retraction needs (value multisets for min, max and distinct counts):
-        over a changelog, or in the worker (after reinterpret_as_keyed) with a DISTINCT, which
-        running partials cannot hold."""
-        distinct = any(DISTINCT.search(expression) for expression in self.aggregations.values())
-        return self.changelog or (self.reinterpreted and distinct)
-
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {"keys": list(self.keys), "aggregations": dict(self.aggregations)}
         if self.changelog:
             described["changelog"] = True
-        if self.retracting:  # state kept for retraction, not running partials
-            described["state_layout"] = "retracting"
-        elif self.reinterpreted:  # running partials merged in the worker, not Spark's
-            described["state_layout"] = "running"
         return described
 
 

@@ -53,17 +53,18 @@ def check_restorable(
             f"{current.key_hash!r}; keys would land in other key groups; restore with the same hash"
         )
     for uid, operator in now.items():
+        saved_as = before.get(uid) or _same_name(before, operator)
+        changes = [] if saved_as is None else _changes(state_signature(saved_as), state_signature(operator))
+        if changes:
+            raise PlanError(
+                f"operator {operator.name!r} (uid {uid!r}) cannot restore its state from checkpoint {checkpoint}: "
+                f"{'; '.join(changes)}. Change it back, or start with a new checkpoint directory (the state is lost)"
+            )
         if uid not in before:
             raise PlanError(
                 f"operator {operator.name!r} (uid {uid!r}) has no state in checkpoint {checkpoint}, which holds "
                 f"{_described(before)}; is this the checkpoint of another pipeline? Start with a new checkpoint "
                 "directory, or, if the operator was renamed, give it its old uid with .uid(...)"
-            )
-        if state_signature(before[uid]) != state_signature(operator):
-            raise PlanError(
-                f"operator {operator.name!r} (uid {uid!r}) keeps {state_signature(operator)} but checkpoint "
-                f"{checkpoint} holds {state_signature(before[uid])} for it; its state cannot be restored. "
-                "Keep the keys and state declarations, or start with a new checkpoint directory"
             )
     unclaimed = sorted(set(before) - set(now))
     if unclaimed and not ignore_unclaimed_state:
@@ -76,3 +77,30 @@ def check_restorable(
 
 def _described(operators: dict[str, Operator]) -> str:
     return ", ".join(f"{op.name!r} (uid {uid!r}, {op.kind})" for uid, op in operators.items()) or "no keyed state"
+
+
+def _same_name(saved: dict[str, Operator], operator: Operator) -> Operator | None:
+    """The saved keyed operator of the same name and kind, when there is one: its derived uid
+    changed because its keys did."""
+    found = [op for op in saved.values() if op.name == operator.name and op.kind == operator.kind]
+    return found[0] if len(found) == 1 else None
+
+
+_WHAT = {
+    "kind": "it is now a {new} operator, the checkpoint's a {old} one",
+    "keys": "it is now keyed by {new}, the checkpoint's state by {old}",
+    "state": "it now keeps {new}, the checkpoint {old}",
+    "layout": "it now keeps its state as {new}, the checkpoint as {old}",
+    "key_groups": "it now takes its key groups from {new}, the checkpoint from {old}",
+}
+_WORDS = {"partials": "merged partials", "running": "running partials", "retracting": "retractable values",
+          "hash": "the key hash", "splits": "a pre-keyed source's splits"}  # fmt: skip
+
+
+def _changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What differs between two state signatures, in the user's words."""
+    return [
+        _WHAT[field].format(old=_WORDS.get(str(saved[field]), saved[field]), new=_WORDS.get(str(value), value))
+        for field, value in current.items()
+        if saved[field] != value
+    ]

@@ -19,6 +19,7 @@ from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
+from keyflow.plan.physical import lower_keyed
 from keyflow.runtime.adaptive_exchange import StageReport, adaptive_keyed_exchange
 from keyflow.runtime.errors import guarded
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition, rebalance
@@ -26,11 +27,11 @@ from keyflow.runtime.operators import (
     NULL_KEY_MARKER,
     AdaptiveExchange,
     KeyGroupRanges,
-    apply_keyed,
     apply_stateless,
     require_key_columns,
 )
 from keyflow.runtime.session import spark_session
+from keyflow.runtime.translators import KeyedContext, translate_keyed
 from keyflow.scheduler.batch_parallelism import AutoParallelism
 from keyflow.state.durable import CheckpointedState
 
@@ -56,7 +57,7 @@ class FrameBuilder:
         it from their input's bytes (``stages`` reports each decision); sources without one
         read at ``source_parallelism``."""
         self.spark, self.plan = spark, plan
-        self._sources, self._state = sources or {}, state or {}
+        self._sources, self._state, self._stateful = sources or {}, state or {}, state is not None
         self._auto, self._source_parallelism = auto_parallelism, source_parallelism
         self.stages: list[StageReport] = []
         self._ranges: dict[int, KeyGroupRanges] = {}  # decided key groups of keyed operators, by node id
@@ -132,25 +133,28 @@ class FrameBuilder:
         policy = "keep" if node.on_null is not None else self.plan.config["pipeline.null-keys"]
         operator = self.plan.operator(node.id)
         checks = self.plan.config["pipeline.pre-keyed.verify"]
-        verify = not node.reinterpreted or checks != "off"
         state = self._state.get(operator.uid)
         pre_keyed = self.plan.reads_pre_keyed(node)
-        report = pre_keyed and checks != "off" and state is not None
-        ranges = (
-            self._ranges.get(nodes.keyed_origin(self.plan.nodes, node.inputs[0]).id) if node.reinterpreted else None
+        context = KeyedContext(
+            operator,
+            self.plan.max_parallelism,
+            policy,
+            keyed_state=state,
+            verify=not node.reinterpreted or checks != "off",
+            pre_keyed=pre_keyed,
+            report_keys=pre_keyed and checks != "off" and state is not None,
         )
-        if ranges is not None:
-            self._ranges[node.id] = ranges
+        if node.reinterpreted:
+            context.ranges = self._ranges.get(nodes.keyed_origin(self.plan.nodes, node.inputs[0]).id)
+            if context.ranges is not None:
+                self._ranges[node.id] = context.ranges
         table = self._side_input(node)
-        side = None if table is None else self.spark.sparkContext.broadcast(table)
-        if side is not None:
-            self._broadcasts.append(side)
-        broadcast_bytes = 0 if table is None else table.nbytes
-        adaptive = None
+        if table is not None:
+            context.side = self.spark.sparkContext.broadcast(table)
+            self._broadcasts.append(context.side)
         if self._auto and node in self.plan.auto_sized():
-            adaptive = self._adaptive(node, broadcast_bytes)
-        return apply_keyed(node, upstream, operator, self.plan.max_parallelism, policy, state, verify, pre_keyed,
-                           report, adaptive, ranges, side)  # fmt: skip
+            context.adaptive = self._adaptive(node, 0 if table is None else table.nbytes)
+        return translate_keyed(lower_keyed(node, self._stateful), upstream, context)
 
     def _side_input(self, node: nodes.KeyedNode) -> pa.Table | None:
         """A process function's broadcast side input, read whole on the driver."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from keyflow.config import auto_parallelism_bounds
 from keyflow.errors import KeyflowError
 
 Range = tuple[int, int]  # inclusive (first, last) subpartition
@@ -41,10 +42,7 @@ class AutoParallelism:
     def __post_init__(self) -> None:
         """Messages name the option after its ``execution.batch.adaptive.auto-parallelism.`` prefix."""
         if not 1 <= self.min_parallelism <= self.max_parallelism:
-            raise KeyflowError(
-                f"min-parallelism={self.min_parallelism} must be between 1 and max-parallelism="
-                f"{self.max_parallelism}; lower min-parallelism or raise max-parallelism"
-            )
+            raise KeyflowError(auto_parallelism_bounds(self.min_parallelism, self.max_parallelism))
         if self.avg_data_volume_per_task < 1:
             raise KeyflowError(f"avg-data-volume-per-task={self.avg_data_volume_per_task} must be at least 1 byte")
         if not 0 <= self.max_broadcast_ratio < 1:

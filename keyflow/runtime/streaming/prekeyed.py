@@ -17,7 +17,7 @@ import pyarrow as pa
 from keyflow.connectors.streams import read_layout, write_layout
 from keyflow.errors import KeyflowError, PipelineError, PlanError
 from keyflow.keygroups import split_key_groups
-from keyflow.plan.compile import CompiledPlan
+from keyflow.plan.compile import CompiledPlan, pre_keyed_problem
 from keyflow.plan.nodes import KeyedNode, SourceNode
 from keyflow.state.checkpoint import Checkpoint, Manifest, read_key_reports, read_table, write_table
 from keyflow.state.splits import SplitIndex
@@ -85,7 +85,7 @@ class PreKeyedSource:
         try:
             self.mapping = split_key_groups(self.mapping, splits, plan.max_parallelism)
         except KeyflowError as error:
-            raise PlanError(f"source {self.source.name!r} (pre-keyed by {list(self.keys)}): {error}") from None
+            raise PlanError(pre_keyed_problem(self.source.name, self.keys, error)) from None
         write_layout(self.layout, self.mapping, plan.max_parallelism, plan.operator(self.source.id).parallelism)
 
     def verify(self, batch: int, mode: str) -> tuple[dict[str, Any], int]:

@@ -68,12 +68,12 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
         raise PlanError(str(error)) from None
     if saved is None:
         _check_empty(checkpoint)
-        plan_file = PlanFile(uuid.uuid4().hex, plan.graph)
-        write_plan_file(checkpoint, plan_file)
-        for _, sink in plan.outputs().values():
-            sink.reset()
-        checkpoint.discard_after(None)
-        return Restored(plan, plan_file, None)
+        return _start(plan, checkpoint)
+    if not checkpoint.versions() and not checkpoint.source_batches("commits"):
+        # Nothing was ever committed (the first run failed or was killed): no state or output
+        # to keep, so the pipeline starts over, also when it was corrected in between.
+        checkpoint.fs.delete_dir_contents(checkpoint.path(SOURCE_DIR), missing_dir_ok=True)
+        return _start(plan, checkpoint)
     # K is the checkpoint's: state lives in that many key groups.
     current = plan.with_config({"pipeline.max-parallelism": saved.graph.max_parallelism})
     check_restorable(
@@ -95,6 +95,16 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
     for _, sink in current.outputs().values():
         sink.discard_after(committed)  # output of batches after the checkpoint (e.g. restored from a copy)
     return Restored(current, saved, manifest)
+
+
+def _start(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
+    """A checkpoint's first run: its plan file written, output of any earlier run removed."""
+    plan_file = PlanFile(uuid.uuid4().hex, plan.graph)
+    write_plan_file(checkpoint, plan_file)
+    for _, sink in plan.outputs().values():
+        sink.reset()
+    checkpoint.discard_after(None)
+    return Restored(plan, plan_file, None)
 
 
 def _check_empty(checkpoint: Checkpoint) -> None:

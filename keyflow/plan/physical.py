@@ -1,0 +1,113 @@
+"""Physical keyed operators: what each keyed node of a plan runs as, decided once, in the plan.
+
+The logical node says what the user asked for (an aggregate by ``user``); the physical kind
+says how it runs and what it stores: a batch ``groupBy``, partials of each micro-batch
+merged into state, running partials in the worker, or the value multisets a changelog
+needs to retract rows. Each kind has its own translator in ``keyflow.runtime.translators``,
+so a new way of running (event-time windows, joins) is a new kind, not a new flag. Pure.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar
+
+from keyflow.plan.aggregates import AggregateCall, mergeable, parse_aggregations, retractable
+from keyflow.plan.nodes import AggregateNode, KeyedNode, NormalizeNode, ProcessNode
+
+
+class StateLayout(StrEnum):
+    """How a keyed operator lays out its state; a checkpoint's state can only be restored by
+    an operator with the same layout."""
+
+    PARTIALS = "partials"  # declared state (process, normalize) or merged per-batch partials
+    RUNNING = "running"  # running partials merged in the worker (an aggregate after reinterpret)
+    RETRACTING = "retracting"  # what retraction needs: value multisets for min, max, distinct
+
+
+@dataclass(frozen=True, eq=False)
+class KeyedOperator:
+    """A keyed node as it runs: routed by key group, state kept per key."""
+
+    node: KeyedNode
+    layout: ClassVar[StateLayout] = StateLayout.PARTIALS
+
+
+@dataclass(frozen=True, eq=False)
+class ChangelogNormalize(KeyedOperator):
+    """Flink's ChangelogNormalize: each key's previous row in state, upserts become -U/+U."""
+
+    node: NormalizeNode
+
+
+@dataclass(frozen=True, eq=False)
+class KeyedProcess(KeyedOperator):
+    """The user's function over whole keys (with ``order_by``) or batches of keys, with state."""
+
+    node: ProcessNode
+
+
+@dataclass(frozen=True, eq=False)
+class Aggregate(KeyedOperator):
+    node: AggregateNode
+    calls: tuple[AggregateCall, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class GroupByAggregate(Aggregate):
+    """Batch: Spark's ``groupBy`` of all rows, then the exchange by key group; no state."""
+
+
+@dataclass(frozen=True, eq=False)
+class MergedPartialsAggregate(Aggregate):
+    """Streaming after ``key_by``: Spark aggregates each micro-batch, state merges its partials."""
+
+
+@dataclass(frozen=True, eq=False)
+class InWorkerAggregate(Aggregate):
+    """After ``reinterpret_as_keyed`` (a Spark ``groupBy`` would shuffle): running partials
+    merged in the worker, each touched key emitted once."""
+
+    layout: ClassVar[StateLayout] = StateLayout.RUNNING
+
+
+@dataclass(frozen=True, eq=False)
+class RetractingAggregate(Aggregate):
+    """Over a changelog: rows retract what they added; the output is a changelog (-U/+U)."""
+
+    layout: ClassVar[StateLayout] = StateLayout.RETRACTING
+
+
+@dataclass(frozen=True, eq=False)
+class InWorkerDistinctAggregate(Aggregate):
+    """After ``reinterpret_as_keyed`` with a DISTINCT (running partials cannot hold one): the
+    retracting layout, emitting each changed key's new values as key_by's aggregate does."""
+
+    layout: ClassVar[StateLayout] = StateLayout.RETRACTING
+
+
+IN_WORKER = "after reinterpret_as_keyed (it runs in the worker; use key_by for others)"
+
+
+@functools.cache
+def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
+    """The physical kind of ``node``; ``stateful``: state lives across micro-batches (a
+    streaming run), else one batch run. Raises a PlanError naming what cannot run."""
+    if isinstance(node, NormalizeNode):
+        return ChangelogNormalize(node)
+    if isinstance(node, ProcessNode):
+        return KeyedProcess(node)
+    if not isinstance(node, AggregateNode):
+        raise AssertionError(f"no physical kind for {node.kind} {node.name!r}")
+    calls = parse_aggregations(node.name, node.aggregations)
+    if node.changelog:
+        return RetractingAggregate(node, retractable(node.name, calls, "over a changelog"))
+    if node.reinterpreted and any(call.distinct for call in calls):
+        return InWorkerDistinctAggregate(node, retractable(node.name, calls, IN_WORKER))
+    if node.reinterpreted:
+        return InWorkerAggregate(node, retractable(node.name, calls, IN_WORKER))
+    if stateful:
+        return MergedPartialsAggregate(node, mergeable(node.name, calls))
+    return GroupByAggregate(node, calls)

@@ -1,0 +1,247 @@
+"""One translator per physical keyed kind (``keyflow.plan.physical``): DataFrame operations on Spark.
+
+The plan decided the kind; a translator only builds it: the exchange by key group, then
+the keyed function in the workers (``mapInArrow``), or for a batch aggregate Spark's own
+``groupBy``. :class:`KeyedContext` is what every kind shares: routing and the worker protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark import Broadcast
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from keyflow.changelog import DELETED, OFFSET, OP, RETRACTIONS, UPDATE_BEFORE
+from keyflow.errors import PlanError
+from keyflow.keygroups import KEY_GROUP_COLUMN
+from keyflow.plan import physical
+from keyflow.plan.columns import missing_order_by_message
+from keyflow.plan.descriptors import ValueState
+from keyflow.plan.graph import Operator
+from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
+from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
+from keyflow.runtime.errors import first_line
+from keyflow.runtime.exchange import keyed_exchange, null_key_condition
+from keyflow.runtime.keygroups import key_group_column
+from keyflow.runtime.operators import (
+    NULL_KEY_MARKER,
+    AdaptiveExchange,
+    KeyGroupRanges,
+    arrow_schema,
+    described,
+    map_in_arrow,
+    session_timezone,
+)
+from keyflow.runtime.workers import ProcessRunner
+from keyflow.state.durable import CheckpointedState, MemoryState
+
+
+@dataclass
+class KeyedContext:
+    """How a keyed operator's rows are routed and its function run, whatever its kind.
+
+    ``keyed_state``: durable state by key group (streaming), or None (one batch run).
+    ``null_keys``: ``fail`` (the routing expression raises, so Spark's optimizer cannot move
+    or repeat the check), ``drop``, or ``keep`` (none are left: a dead-letter sink has them).
+    ``pre_keyed``: rows come from a pre-keyed source with their split's key group, in the
+    partition of the subtask owning it; ``report_keys``: subtasks report new keys for the
+    driver's one-split-per-key check. ``adaptive`` (batch auto-parallelism) replaces the
+    exchange and decides the key groups; ``ranges`` are those of the keyed operator a
+    reinterpreted one follows; ``side``: a process function's broadcast side input.
+    """
+
+    operator: Operator
+    max_parallelism: int
+    null_keys: str
+    keyed_state: CheckpointedState | None = None
+    verify: bool = True
+    pre_keyed: bool = False
+    report_keys: bool = False
+    adaptive: AdaptiveExchange | None = None
+    ranges: KeyGroupRanges | None = None
+    side: Broadcast[pa.Table] | None = None
+
+    def exchange(self, node: Any, rows: DataFrame, keep_key_group: bool) -> DataFrame:
+        """Rows routed to the subtask owning their key group (a reinterpreted operator's are
+        there already: they only get their key group, which the worker checks)."""
+        fail_message = f"{NULL_KEY_MARKER} {node.id}" if self.null_keys == "fail" else None
+        if self.null_keys == "drop":
+            rows = rows.filter(~null_key_condition(node.keys))
+        if node.reinterpreted:
+            key_group = (
+                F.col(KEY_GROUP_COLUMN) if self.pre_keyed else key_group_column(list(node.keys), self.max_parallelism)
+            )
+            if fail_message is not None:
+                key_group = F.when(null_key_condition(node.keys), F.raise_error(F.lit(fail_message))).otherwise(
+                    key_group
+                )
+            return rows.withColumn(KEY_GROUP_COLUMN, key_group)
+        if self.adaptive is not None:
+            exchanged, self.ranges = self.adaptive(rows, keep_key_group, fail_message)
+            return exchanged
+        return keyed_exchange(
+            rows, node.keys, self.max_parallelism, self.operator.parallelism, keep_key_group, fail_message
+        )
+
+    def run(
+        self,
+        node: Any,
+        exchanged: DataFrame,
+        function: Any,
+        schema: pa.Schema,
+        state: Mapping[str, Any],
+        order_by: tuple[str, ...],
+        unique_keys: bool = False,
+    ) -> DataFrame:
+        """The keyed function over each subtask's rows, in the workers."""
+        runner = ProcessRunner(
+            function, schema, node.keys, order_by, dict(state), self.max_parallelism, self.operator.parallelism,
+            f"{node.kind} {node.name!r}", self.keyed_state or MemoryState(), node.reinterpreted, self.verify,
+            self.report_keys, self.ranges, self.side, unique_keys,
+        )  # fmt: skip
+        return map_in_arrow(exchanged, runner, schema, node)
+
+
+def translate_keyed(operator: physical.KeyedOperator, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """``operator`` on ``frame`` (its input) by the translator of its kind."""
+    try:
+        return TRANSLATORS[type(operator)](operator, frame, context)
+    except (AnalysisException, ParseException) as error:
+        node = operator.node
+        raise PlanError(f"operator {node.name!r} ({node.kind}: {described(node)}): {first_line(str(error))}") from None
+
+
+def _normalize(operator: physical.ChangelogNormalize, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    node = operator.node
+    values = tuple(column for column in frame.columns if column not in (*node.keys, OFFSET, DELETED, OP))
+    exchanged = context.exchange(node, frame, keep_key_group=True).sortWithinPartitions(*node.keys)
+    types = to_arrow_schema(frame.select(*node.keys, *values).schema, timezone=session_timezone(frame))
+    output = pa.schema([*types, pa.field(OP, pa.string())])
+    state = Normalize.state(types, node.keys)
+    return context.run(node, exchanged, Normalize(node.keys, values), output, state, (OFFSET,))
+
+
+def _process(operator: physical.KeyedProcess, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    node = operator.node
+    schema = arrow_schema(node.schema, node, session_timezone(frame))
+    for column in node.order_by:
+        if column not in frame.columns:
+            raise PlanError(missing_order_by_message(node, column, frame.columns))
+    exchanged = context.exchange(node, frame, keep_key_group=True)
+    if node.order_by:  # whole keys per call; without order_by the worker groups each batch by hashing
+        exchanged = exchanged.sortWithinPartitions(*node.keys)
+    return context.run(node, exchanged, node.function, schema, node.state, node.order_by)
+
+
+def _group_by(operator: physical.GroupByAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    node = operator.node
+    columns = [F.expr(call.expression).alias(call.name) for call in operator.calls]
+    aggregated = frame.groupBy(*node.keys).agg(*columns) if columns else frame.select(*node.keys).dropDuplicates()
+    return context.exchange(node, aggregated, keep_key_group=False)
+
+
+def _merged_partials(operator: physical.MergedPartialsAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    node = operator.node
+    wanted = {column: expression for call in operator.calls for column, (_, expression) in partials(call).items()}
+    partial = frame.groupBy(*node.keys).agg(*[F.expr(e).alias(column) for column, e in wanted.items()])
+    types = to_arrow_schema(partial.schema, timezone=session_timezone(frame))
+    output = [types.field(key) for key in node.keys]
+    for call in operator.calls:
+        if call.function in ("avg", "mean"):
+            output.append(pa.field(call.name, pa.float64()))
+        else:
+            output.append(types.field(f"__{call.name}").with_name(call.name))
+    state = {column: ValueState(types.field(column).type) for column in wanted}
+    merge = PartialMerge(operator.calls, node.keys)
+    exchanged = context.exchange(node, partial, keep_key_group=True)
+    return context.run(node, exchanged, merge, pa.schema(output), state, (), unique_keys=True)
+
+
+def _in_worker(operator: physical.InWorkerAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """No exchange, so no Spark groupBy (it would shuffle). Spark evaluates each argument; the
+    worker groups rows by hashing (no sort), merges running partials and emits each touched
+    key once, as key_by's aggregate does."""
+    node = operator.node
+    prepared, specs, types = _arguments(operator, frame, sign=None)
+    output = [types.field(key) for key in node.keys]
+    for spec in specs:
+        argument_type = None if spec.argument is None else types.field(spec.argument).type
+        output.append(pa.field(spec.name, spec.output_type(argument_type)))
+    function = RunningAggregate(node.keys, specs)
+    exchanged = context.exchange(node, prepared, keep_key_group=True)
+    return context.run(node, exchanged, function, pa.schema(output), function.state(specs, types), ())
+
+
+def _retracting(operator: physical.RetractingAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """Rows may retract (``op`` -U/-D) what they added; the output is a changelog."""
+    node = operator.node
+    if node.changelog_input and OP not in frame.columns:
+        raise PlanError(
+            f"operator {node.name!r}: its input is a changelog, but the rows reaching it have no {OP!r} column (a "
+            f"select or map_batches before it dropped it), so updates and deletes would count as inserts; keep "
+            f"{OP!r} in the columns of the operators before it"
+        )
+    sign = F.when(F.col(OP).isin(*RETRACTIONS), F.lit(-1)).otherwise(F.lit(1)) if node.changelog_input else F.lit(1)
+    return _retracting_changes(operator, frame, context, sign, every_key=False)
+
+
+def _in_worker_distinct(
+    operator: physical.InWorkerDistinctAggregate, frame: DataFrame, context: KeyedContext
+) -> DataFrame:
+    """Whole keys aggregated in the worker and, like key_by's aggregate, each changed key's
+    new values without row kinds."""
+    changes = _retracting_changes(operator, frame, context, F.lit(1), every_key=True)
+    return changes.filter(F.col(OP) != F.lit(UPDATE_BEFORE)).drop(OP)
+
+
+def _retracting_changes(
+    operator: physical.Aggregate, frame: DataFrame, context: KeyedContext, sign: Any, every_key: bool
+) -> DataFrame:
+    """Spark evaluates each argument and the row's sign; the state keeps what retraction needs."""
+    node = operator.node
+    prepared, specs, types = _arguments(operator, frame, sign)
+    state, output = {ROWS: ValueState(pa.int64())}, [types.field(key) for key in node.keys]
+    for spec in specs:
+        argument_type = None if spec.argument is None else types.field(spec.argument).type
+        state.update(spec.state(argument_type))
+        output.append(pa.field(spec.name, spec.output_type(argument_type)))
+    output.append(pa.field(OP, pa.string()))
+    function = RetractingAggregate(node.keys, specs, every_key=every_key)
+    # Ordered by sign only to receive whole keys per call: one -U/+U pair per changed key and micro-batch.
+    exchanged = context.exchange(node, prepared, keep_key_group=True).sortWithinPartitions(*node.keys)
+    return context.run(node, exchanged, function, pa.schema(output), state, (SIGN,))
+
+
+def _arguments(
+    operator: physical.Aggregate, frame: DataFrame, sign: Any
+) -> tuple[DataFrame, tuple[Retracting, ...], pa.Schema]:
+    """The keys, the row's sign (when given) and each aggregate's argument as a column
+    ``__arg_<name>``; the aggregates reading those columns; the Arrow types of all."""
+    node = operator.node
+    arguments = [F.expr(c.argument).alias(f"__arg_{c.name}") for c in operator.calls if c.argument is not None]
+    signs = [] if sign is None else [sign.cast("byte").alias(SIGN)]
+    carried = [F.col(KEY_GROUP_COLUMN)] if KEY_GROUP_COLUMN in frame.columns else []  # a pre-keyed source's
+    prepared = frame.select(*[F.col(key) for key in node.keys], *signs, *arguments, *carried)
+    types = to_arrow_schema(prepared.schema, timezone=session_timezone(frame))
+    specs = tuple(
+        Retracting(c.name, c.function, None if c.argument is None else f"__arg_{c.name}") for c in operator.calls
+    )
+    return prepared, specs, types
+
+
+TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedContext], DataFrame]] = {
+    physical.ChangelogNormalize: _normalize,
+    physical.KeyedProcess: _process,
+    physical.GroupByAggregate: _group_by,
+    physical.MergedPartialsAggregate: _merged_partials,
+    physical.InWorkerAggregate: _in_worker,
+    physical.RetractingAggregate: _retracting,
+    physical.InWorkerDistinctAggregate: _in_worker_distinct,
+}

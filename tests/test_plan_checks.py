@@ -1,0 +1,170 @@
+"""Everything checkable without data is checked when the plan is built, before any Spark:
+aggregate expressions (parsed with sqlglot), key, ``order_by`` and aggregate columns against
+the sources' known columns, contradicting options, splits of a pre-keyed source. These
+tests are not marked ``jvm``: the test plugin refuses Spark and Java to them, so passing
+proves that no JVM started."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from keyflow import Log, Pipeline, ValueState, datagen, files, log, parquet, random_int, sequence
+from keyflow.cli.app import app
+from keyflow.errors import PlanError
+from keyflow.plan.aggregates import mergeable, parse_aggregations, retractable
+from keyflow.plan.restore import check_restorable
+from tests.streams import EVENTS, TOTAL_SCHEMA, running_total
+
+AUTO = "execution.batch.adaptive.auto-parallelism."
+
+EVERY_MISTAKE = """
+from keyflow import Pipeline, log, parquet
+from tests.streams import TOTAL_SCHEMA, TOTAL_STATE, running_total
+
+pipeline = Pipeline(config={{"parallelism.default": 2, "pipeline.max-parallelism": 8,
+                            "{auto}min-parallelism": 4, "{auto}max-parallelism": 2}})
+events = pipeline.source(log({log!r}))
+events.key_by("user").aggregate(users="count(distinct amount)").sink(parquet({out!r} + "/a"))
+events.key_by("usr").aggregate(n="count(*)").sink(parquet({out!r} + "/b"))
+events.key_by("user").aggregate(total="sum(amout)").sink(parquet({out!r} + "/c"))
+events.key_by("user").process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="sequence").sink(
+    parquet({out!r} + "/d"))
+events.key_by("user").aggregate(bad="sum(").sink(parquet({out!r} + "/e"))
+pre_keyed = pipeline.source(log({log!r})).reinterpret_as_keyed("user")
+pre_keyed.aggregate(n="count(*)").sink(parquet({out!r} + "/f"))
+"""
+
+
+def test_keyflow_plan_reports_every_mistake_at_once_one_line_each(tmp_path: Path) -> None:
+    Log.create(tmp_path / "log", 9, EVENTS)
+    file = tmp_path / "mistakes.py"
+    file.write_text(EVERY_MISTAKE.format(auto=AUTO, log=str(tmp_path / "log"), out=str(tmp_path / "out")))
+    result = CliRunner().invoke(app, ["plan", str(file)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert all(line.startswith("error: ") for line in lines), result.output
+    expected = [
+        r"aggregate users='count\(distinct amount\)' cannot be kept as running state across micro-batches",
+        r"key_by column\(s\) \['usr'\] not found; available columns: \['user', 'amount', 'seq'\]",
+        r"aggregate total='sum\(amout\)' reads column\(s\) \['amout'\], which are not among its input's columns",
+        r"order_by column 'sequence' not found in \['user', 'amount', 'seq'\]",
+        r"aggregate bad='sum\(' is not a SQL expression",
+        rf"{AUTO}min-parallelism=4 must be between 1 and max-parallelism=2; lower min-parallelism",
+        r"source 'source: log' \(pre-keyed by \['user'\]\): the source has 9 splits, more than the max "
+        r"parallelism 8.*Set pipeline.max-parallelism to at least 9",
+    ]
+    assert len(lines) == len(expected), result.output
+    for pattern in expected:
+        assert sum(bool(re.search(pattern, line)) for line in lines) == 1, (pattern, lines)
+
+
+def test_a_correct_pipeline_still_plans(tmp_path: Path) -> None:
+    """The same sources and operators, spelt right: no false alarms (struct fields, lambdas,
+    case-insensitive columns, computed columns, expressions Spark names itself)."""
+    Log.create(tmp_path / "log", 3, EVENTS)
+    p = Pipeline(parallelism=2)
+    events = p.source(log(str(tmp_path / "log")))
+    events.key_by("user").aggregate(n="count(*)", total="SUM(Amount)", top="max(amount) filter (where seq > 3)").sink(
+        parquet(tmp_path / "a")
+    )
+    widened = events.with_columns(double="amount * 2").select("user", "double", "seq * 1")
+    widened.key_by("user").aggregate(total="sum(double)", seqs="sum(`(seq * 1)`)").sink(parquet(tmp_path / "b"))
+    events.key_by("user").process(
+        running_total, TOTAL_SCHEMA, state={"total": ValueState("int64")}, order_by="seq"
+    ).sink(parquet(tmp_path / "e"))
+    generated = p.source(datagen(rows=10, fields={"k": random_int(1, 5), "n": sequence()}))
+    folded = "sum(aggregate(array(n), cast(0 as bigint), (acc, v) -> acc + v))"
+    generated.key_by("k").aggregate(x=folded).sink(parquet(tmp_path / "c"))
+    typed = p.source(files(tmp_path / "in", schema="s struct<f: bigint>, k string"))
+    typed.key_by("k").aggregate(total="sum(s.f)").sink(parquet(tmp_path / "d"))
+    assert len(p.compile().sinks) == 5
+
+
+def test_a_batch_aggregate_takes_any_spark_aggregate_but_a_stream_only_mergeable_ones(tmp_path: Path) -> None:
+    Log.create(tmp_path / "log", 3, EVENTS)
+    batch = Pipeline(parallelism=2)
+    batch.source(datagen(rows=10, fields={"k": random_int(1, 5), "n": sequence()})).key_by("k").aggregate(
+        users="count(distinct n)", median="percentile_approx(n, 0.5)"
+    ).sink(parquet(tmp_path / "a"))
+    batch.compile()
+    stream = Pipeline(parallelism=2)
+    stream.source(log(str(tmp_path / "log"))).key_by("user").aggregate(
+        users="count(distinct amount)", median="percentile_approx(amount, 0.5)", fine="avg(amount)"
+    ).sink(parquet(tmp_path / "b"))
+    with pytest.raises(PlanError) as raised:
+        stream.compile()
+    assert [problem.split(":")[1].split("=")[0].strip() for problem in raised.value.problems] == [
+        "aggregate users",
+        "aggregate median",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("expression", "function", "arguments", "distinct", "filtered"),
+    [
+        ("count(*)", "count", (), False, False),
+        ("COUNT(1)", "count", (), False, False),
+        ("sum(amount)", "sum", ("amount",), False, False),
+        ("avg(x) FILTER (WHERE x > 1)", "avg", ("x",), False, True),
+        ("count(DISTINCT user)", "count", ("user",), True, False),
+        ("mean(price * qty)", "mean", ("price * qty",), False, False),
+        ("max(cast(a as double))", "max", ("CAST(a AS DOUBLE)",), False, False),
+        ("sum(x) + 1", "", (), False, False),
+    ],
+)
+def test_aggregate_calls_are_recognised_without_spark(
+    expression: str, function: str, arguments: tuple[str, ...], distinct: bool, filtered: bool
+) -> None:
+    (call,) = parse_aggregations("agg", {"a": expression})
+    assert (call.function, call.arguments, call.distinct, call.filtered) == (function, arguments, distinct, filtered)
+
+
+def test_merge_and_retract_rules() -> None:
+    calls = parse_aggregations("agg", {"n": "count(*)", "s": "sum(x)", "m": "mean(x)", "u": "count(distinct x)"})
+    with pytest.raises(PlanError, match=r"aggregate u='count\(distinct x\)' cannot be kept as running state"):
+        mergeable("agg", calls)
+    assert [c.function for c in mergeable("agg", calls[:3])] == ["count", "sum", "mean"]
+    retracting = retractable("agg", calls, "over a changelog")
+    assert [(c.function, c.argument) for c in retracting] == [
+        ("count", None),
+        ("sum", "x"),
+        ("avg", "x"),
+        ("count_distinct", "x"),
+    ]
+    for text in ("sum(distinct x)", "avg(x) filter (where x > 0)", "max(x, y)", "sum(x) + 1"):
+        with pytest.raises(PlanError, match=r"is not supported over a changelog; an aggregate over a changelog"):
+            retractable("agg", parse_aggregations("agg", {"a": text}), "over a changelog")
+
+
+def _keyed_by(key: str, tmp_path: Path, distinct: bool = False) -> Pipeline:
+    p = Pipeline(parallelism=2, config={"pipeline.max-parallelism": 64})
+    per_user = p.source(log(str(tmp_path / "log"))).key_by(key).aggregate(n="count(*)", total="sum(amount)")
+    per_user = per_user.set_name("per_user")
+    again = per_user.reinterpret_as_keyed(key)
+    (again.aggregate(k="count(distinct total)") if distinct else again.aggregate(k="sum(total)")).sink(
+        parquet(tmp_path / "out")
+    )
+    return p
+
+
+def test_restore_errors_name_what_changed_in_the_users_words(tmp_path: Path) -> None:
+    Log.create(tmp_path / "log", 3, EVENTS)
+    saved = _keyed_by("user", tmp_path).compile().graph
+    with pytest.raises(
+        PlanError,
+        match=r"operator 'per_user' \(uid 'per_user\[seq\]'\) cannot restore its state from checkpoint ckpt: it is "
+        r"now keyed by \['seq'\], the checkpoint's state by \['user'\]\. Change it back, or start with a new "
+        r"checkpoint directory",
+    ):
+        check_restorable(saved, _keyed_by("seq", tmp_path).compile().graph, None, False, "ckpt")
+    with pytest.raises(
+        PlanError,
+        match=r"it now keeps \{'k': 'count\(distinct total\)'\}, the checkpoint \{'k': 'sum\(total\)'\}; it now keeps "
+        r"its state as retractable values, the checkpoint as running partials\.",
+    ):
+        check_restorable(saved, _keyed_by("user", tmp_path, distinct=True).compile().graph, None, False, "ckpt")
+    assert check_restorable(saved, _keyed_by("user", tmp_path).compile().graph, None, False, "ckpt") == []
