@@ -71,6 +71,8 @@ def test_a_correct_pipeline_still_plans(tmp_path: Path) -> None:
     events.key_by("user").aggregate(n="count(*)", total="SUM(Amount)", top="max(amount) filter (where seq > 3)").sink(
         parquet(tmp_path / "a")
     )
+    renamed = events.select("*", "amount AS amt").key_by("user").aggregate(total="sum(amt)")
+    renamed.sink(parquet(tmp_path / "f"))
     widened = events.with_columns(double="amount * 2").select("user", "double", "seq * 1")
     widened.key_by("user").aggregate(total="sum(double)", seqs="sum(`(seq * 1)`)").sink(parquet(tmp_path / "b"))
     events.key_by("user").process(
@@ -81,7 +83,7 @@ def test_a_correct_pipeline_still_plans(tmp_path: Path) -> None:
     generated.key_by("k").aggregate(x=folded).sink(parquet(tmp_path / "c"))
     typed = p.source(files(tmp_path / "in", schema="s struct<f: bigint>, k string"))
     typed.key_by("k").aggregate(total="sum(s.f)").sink(parquet(tmp_path / "d"))
-    assert len(p.compile().sinks) == 5
+    assert len(p.compile().sinks) == 6
 
 
 def test_a_batch_aggregate_takes_any_spark_aggregate_but_a_stream_only_mergeable_ones(tmp_path: Path) -> None:

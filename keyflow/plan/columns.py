@@ -75,7 +75,7 @@ def _selected(expressions: tuple[str, ...], upstream: tuple[str, ...]) -> Column
             tree = sqlglot.parse_one(expression, read="spark")
         except sqlglot.errors.SqlglotError:
             return None
-        if isinstance(tree, exp.Star):
+        if tree.is_star:
             names.extend(upstream)
         elif isinstance(tree, (exp.Alias, exp.Column)):
             names.append(tree.alias_or_name)
