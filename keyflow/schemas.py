@@ -37,4 +37,7 @@ def ddl_names(schema: object) -> tuple[str, ...] | None:
         created = sqlglot.parse_one(f"CREATE TABLE t ({schema})", read="spark")
     except sqlglot.errors.SqlglotError:
         return None  # Spark reports the bad DDL where the operator is built
-    return tuple(column.name for column in created.this.expressions if isinstance(column, exp.ColumnDef))
+    columns = created.this.expressions
+    if not columns or not all(isinstance(column, exp.ColumnDef) for column in columns):
+        return None  # a form sqlglot reads otherwise (``name: type``): Spark knows it
+    return tuple(column.name for column in columns)

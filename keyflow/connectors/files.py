@@ -12,7 +12,6 @@ from pyspark.sql import functions as F
 from keyflow.connectors.base import Moves
 from keyflow.errors import PipelineError, PlanError
 from keyflow.paths import absolute, exists, filesystem, is_uri
-from keyflow.schemas import ddl_names
 
 FORMATS = ("parquet", "json", "csv")
 # Malformed JSON/CSV records fail the job by default instead of silently becoming nulls.
@@ -43,10 +42,6 @@ class FileSource:
         if self.schema:
             described["schema"] = self.schema
         return described
-
-    def column_names(self) -> tuple[str, ...] | None:
-        """The declared schema's columns (without one, Spark reads them from the files)."""
-        return ddl_names(self.schema) if self.schema else None
 
     def read(self, spark: SparkSession, parallelism: int) -> DataFrame:
         if not _exists(self.path):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.tokenizer_core import TokenType
 
 from keyflow.errors import PlanError
 
@@ -32,6 +33,8 @@ class AggregateCall:
     distinct: bool
     filtered: bool
     columns: frozenset[str]  # the input columns it reads (empty when it cannot tell: lambdas)
+    rows: bool = False  # count(*) or count(1): counts rows
+    parsed: bool = True  # False: not SQL sqlglot reads (Spark may: a batch aggregate passes it on)
 
     @property
     def argument(self) -> str | None:
@@ -40,29 +43,33 @@ class AggregateCall:
 
 
 def parse_aggregations(operator: str, aggregations: Mapping[str, str]) -> tuple[AggregateCall, ...]:
-    """Each aggregation parsed, or one PlanError naming every expression that is not SQL."""
-    calls, problems = [], []
+    """Each aggregation as far as sqlglot reads it (``parsed`` False where it cannot)."""
+    calls = []
     for name, expression in aggregations.items():
         try:
             tree = sqlglot.parse_one(expression, read="spark")
-        except sqlglot.errors.SqlglotError as error:
-            problems.append(
-                f"operator {operator!r}: aggregate {name}={expression!r} is not a SQL expression "
-                f"({str(error).splitlines()[0]}); write it as in Spark SQL, e.g. sum(amount)"
-            )
+        except sqlglot.errors.SqlglotError:
+            calls.append(AggregateCall(name, expression.strip(), "", (), False, False, frozenset(), parsed=False))
             continue
         calls.append(_call(name, expression.strip(), tree))
-    if problems:
-        raise PlanError(*problems)
     return tuple(calls)
+
+
+def _unreadable(operator: str, call: AggregateCall, why: str) -> str:
+    return (
+        f"operator {operator!r}: aggregate {call.name}={call.expression!r} is not a SQL expression keyflow can read "
+        f"({why}); write it as in Spark SQL, e.g. sum(amount)"
+    )
 
 
 def mergeable(operator: str, calls: tuple[AggregateCall, ...]) -> tuple[AggregateCall, ...]:
     """The calls of a streaming aggregate, whose per-batch partials merge exactly into state."""
     problems = [
-        f"operator {operator!r}: aggregate {call.name}={call.expression!r} cannot be kept as running state across "
-        f"micro-batches; a streaming aggregate supports {', '.join(MERGEABLE)} (not DISTINCT); use process(...) "
-        "with state for anything else"
+        _unreadable(operator, call, "needed to keep it as running state")
+        if not call.parsed
+        else f"operator {operator!r}: aggregate {call.name}={call.expression!r} cannot be kept as running state "
+        f"across micro-batches; a streaming aggregate supports {', '.join(MERGEABLE)} (not DISTINCT); use "
+        "process(...) with state for anything else"
         for call in calls
         if call.function not in MERGEABLE or call.distinct or (call.function in ("avg", "mean") and call.filtered)
     ]
@@ -79,14 +86,17 @@ def retractable(operator: str, calls: tuple[AggregateCall, ...], where: str) -> 
         function = "avg" if call.function == "mean" else call.function
         if call.distinct:
             function = "count_distinct" if function == "count" else ""
-        if call.filtered or len(call.arguments) > 1 or (not call.arguments and function != "count"):
+        if call.filtered or len(call.arguments) > 1 or (not call.arguments and not call.rows):
             function = ""
-        if function not in ("count", "sum", "avg", "min", "max", "count_distinct"):
+        if not call.parsed:
+            problems.append(_unreadable(operator, call, "needed to retract rows"))
+        elif function not in ("count", "sum", "avg", "min", "max", "count_distinct"):
             problems.append(
                 f"operator {operator!r}: aggregate {call.name}={call.expression!r} is not supported {where}; an "
                 f"aggregate {where.split(' (')[0]} supports {', '.join(RETRACTABLE)} of one argument"
             )
-        found.append(AggregateCall(call.name, call.expression, function, call.arguments, False, False, call.columns))
+        found.append(AggregateCall(call.name, call.expression, function, call.arguments, False, False, call.columns,
+                                   call.rows))  # fmt: skip
     if problems:
         raise PlanError(*problems)
     return tuple(found)
@@ -94,6 +104,8 @@ def retractable(operator: str, calls: tuple[AggregateCall, ...], where: str) -> 
 
 def _call(name: str, expression: str, tree: exp.Expr) -> AggregateCall:
     columns = frozenset() if tree.find(exp.Lambda) else frozenset(_root_column(c) for c in tree.find_all(exp.Column))
+    while isinstance(tree, (exp.Paren, exp.IgnoreNulls, exp.RespectNulls)):  # as Spark's parser reads them
+        tree = tree.this
     filtered = isinstance(tree, exp.Filter)
     if filtered:
         tree = tree.this
@@ -107,9 +119,40 @@ def _call(name: str, expression: str, tree: exp.Expr) -> AggregateCall:
     distinct = len(arguments) == 1 and isinstance(arguments[0], exp.Distinct)
     if distinct:
         arguments = list(arguments[0].expressions)
-    counts_rows = function == "count" and len(arguments) == 1 and isinstance(arguments[0], (exp.Star, exp.Literal))
-    texts = () if counts_rows and not distinct else tuple(a.sql(dialect="spark") for a in arguments)
-    return AggregateCall(name, expression, function, texts, distinct, filtered, columns)
+    rows = function == "count" and len(arguments) == 1 and isinstance(arguments[0], (exp.Star, exp.Literal))
+    texts = _argument_texts(expression)
+    if texts is None or len(texts) != len(arguments):
+        return AggregateCall(name, expression, "", (), False, filtered, columns)  # not one plain call
+    return AggregateCall(name, expression, function, () if rows and not distinct else tuple(texts), distinct,
+                         filtered, columns, rows and not distinct)  # fmt: skip
+
+
+def _argument_texts(expression: str) -> list[str] | None:
+    """The arguments of the first call in ``expression`` as the user wrote them: Spark gets
+    them verbatim (sqlglot's rendering may rewrite a function Spark has and it does not know)."""
+    tokens = sqlglot.tokenize(expression, read="spark")
+    opens = (TokenType.L_PAREN, TokenType.L_BRACKET)
+    start = next((i for i in range(1, len(tokens)) if tokens[i].token_type == TokenType.L_PAREN
+                  and tokens[i - 1].token_type not in (*opens, TokenType.COMMA)), None)  # fmt: skip
+    if start is None:
+        return None
+    arguments: list[str] = []
+    depth, first = 0, start + 1
+    for i in range(start, len(tokens)):
+        kind = tokens[i].token_type
+        if kind in opens:
+            depth += 1
+        elif kind in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        if (depth == 1 and kind == TokenType.COMMA) or depth == 0:
+            if first < i:
+                if tokens[first].token_type == TokenType.DISTINCT:
+                    first += 1
+                arguments.append(expression[tokens[first].start : tokens[i - 1].end + 1].strip())
+            first = i + 1
+        if depth == 0:
+            return arguments
+    return None
 
 
 def _root_column(column: exp.Column) -> str:

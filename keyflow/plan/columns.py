@@ -1,6 +1,6 @@
 """The columns each operator outputs, where the plan can tell without Spark; the checks on them.
 
-Sources that know their columns before reading (the log, datagen, files with a schema) let
+Sources that know their columns before reading (the log, datagen) let
 the plan find a misspelt key, ``order_by`` or aggregate column before a SparkSession starts.
 Where an operator's output cannot be told (a ``map_batches`` without a schema, a select of
 computed expressions Spark names itself), nothing after it is checked here: Spark checks it.
@@ -70,17 +70,20 @@ def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) ->
 
 def _selected(expressions: tuple[str, ...], upstream: tuple[str, ...]) -> Columns:
     names: list[str] = []
+    spelled = {name.lower(): name for name in upstream}  # Spark keeps the input's spelling
     for expression in expressions:
         try:
             tree = sqlglot.parse_one(expression, read="spark")
         except sqlglot.errors.SqlglotError:
             return None
-        if tree.is_star:
+        if isinstance(tree, exp.Star):
             names.extend(upstream)
-        elif isinstance(tree, (exp.Alias, exp.Column)):
-            names.append(tree.alias_or_name)
+        elif isinstance(tree, exp.Alias):
+            names.append(tree.alias)
+        elif isinstance(tree, exp.Column) and not tree.is_star and not tree.table:
+            names.append(spelled.get(tree.name.lower(), tree.name))
         else:
-            return None  # Spark names a computed column after its text
+            return None  # s.*, s.field, computed: named by Spark
     return tuple(names)
 
 

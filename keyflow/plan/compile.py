@@ -119,7 +119,9 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
     default = config.default_parallelism()
     parallelism = {node.id: node.parallelism or default for node in ordered}
     streaming = any(getattr(n.source, "unbounded", False) for n in ordered if isinstance(n, SourceNode))
-    problems = [*_keyed_problems(ordered, streaming), *column_problems(nodes, ordered), *_option_problems(config)]
+    problems = [*_keyed_problems(ordered, streaming), *column_problems(nodes, ordered)]
+    if not streaming:
+        problems += _option_problems(config)
     try:
         max_parallelism = _max_parallelism(ordered, parallelism, config)
     except PlanError as error:
@@ -212,7 +214,9 @@ def _layout(node: Node, streaming: bool) -> dict[str, Any]:
 
 
 def _option_problems(config: Config) -> list[str]:
-    """Options that contradict each other, whatever the data."""
+    """Options of a batch run that contradict each other, whatever the data."""
+    if not config[AUTO_PARALLELISM + "enabled"]:
+        return []
     low, high = config[AUTO_PARALLELISM + "min-parallelism"], config[AUTO_PARALLELISM + "max-parallelism"]
     return [AUTO_PARALLELISM + auto_parallelism_bounds(low, high)] if high is not None and low > high else []
 

@@ -53,7 +53,7 @@ def check_restorable(
             f"{current.key_hash!r}; keys would land in other key groups; restore with the same hash"
         )
     for uid, operator in now.items():
-        saved_as = before.get(uid) or _same_name(before, operator)
+        saved_as = before.get(uid) or _same_name({u: op for u, op in before.items() if u not in now}, operator)
         changes = [] if saved_as is None else _changes(state_signature(saved_as), state_signature(operator))
         if changes:
             raise PlanError(
@@ -80,8 +80,8 @@ def _described(operators: dict[str, Operator]) -> str:
 
 
 def _same_name(saved: dict[str, Operator], operator: Operator) -> Operator | None:
-    """The saved keyed operator of the same name and kind, when there is one: its derived uid
-    changed because its keys did."""
+    """The saved keyed operator (of those no current one claims) of the same name and kind,
+    when there is one: its derived uid changed because its keys did."""
     found = [op for op in saved.values() if op.name == operator.name and op.kind == operator.kind]
     return found[0] if len(found) == 1 else None
 

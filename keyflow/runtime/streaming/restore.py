@@ -69,7 +69,7 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
     if saved is None:
         _check_empty(checkpoint)
         return _start(plan, checkpoint)
-    if not checkpoint.versions() and not checkpoint.source_batches("commits"):
+    if saved.graph.name == plan.graph.name and not checkpoint.versions() and not checkpoint.source_batches("commits"):
         # Nothing was ever committed (the first run failed or was killed): no state or output
         # to keep, so the pipeline starts over, also when it was corrected in between.
         checkpoint.fs.delete_dir_contents(checkpoint.path(SOURCE_DIR), missing_dir_ok=True)
