@@ -127,12 +127,12 @@ def test_a_batch_aggregate_takes_any_spark_aggregate_but_a_stream_only_mergeable
 def test_aggregate_calls_are_recognised_without_spark(
     expression: str, function: str, arguments: tuple[str, ...], distinct: bool, filtered: bool
 ) -> None:
-    (call,) = parse_aggregations("agg", {"a": expression})
+    (call,) = parse_aggregations({"a": expression})
     assert (call.function, call.arguments, call.distinct, call.filtered) == (function, arguments, distinct, filtered)
 
 
 def test_merge_and_retract_rules() -> None:
-    calls = parse_aggregations("agg", {"n": "count(*)", "s": "sum(x)", "m": "mean(x)", "u": "count(distinct x)"})
+    calls = parse_aggregations({"n": "count(*)", "s": "sum(x)", "m": "mean(x)", "u": "count(distinct x)"})
     with pytest.raises(PlanError, match=r"aggregate u='count\(distinct x\)' cannot be kept as running state"):
         mergeable("agg", calls)
     assert [c.function for c in mergeable("agg", calls[:3])] == ["count", "sum", "mean"]
@@ -145,7 +145,7 @@ def test_merge_and_retract_rules() -> None:
     ]
     for text in ("sum(distinct x)", "avg(x) filter (where x > 0)", "max(x, y)", "sum(x) + 1", "count()"):
         with pytest.raises(PlanError, match=r"is not supported over a changelog; an aggregate over a changelog"):
-            retractable("agg", parse_aggregations("agg", {"a": text}), "over a changelog")
+            retractable("agg", parse_aggregations({"a": text}), "over a changelog")
 
 
 def _keyed_by(key: str, tmp_path: Path, distinct: bool = False) -> Pipeline:

@@ -8,6 +8,7 @@ in micro-batch 0. Arguments are handed to Spark as Spark SQL text.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -42,10 +43,16 @@ class AggregateCall:
         return self.arguments[0] if self.arguments else None
 
 
-def parse_aggregations(operator: str, aggregations: Mapping[str, str]) -> tuple[AggregateCall, ...]:
+def parse_aggregations(aggregations: Mapping[str, str]) -> tuple[AggregateCall, ...]:
     """Each aggregation as far as sqlglot reads it (``parsed`` False where it cannot)."""
+    return _parsed(tuple(aggregations.items()))
+
+
+@functools.cache
+def _parsed(aggregations: tuple[tuple[str, str], ...]) -> tuple[AggregateCall, ...]:
+    """Parsed once per distinct aggregations: the plan checks and the physical kind both read them."""
     calls = []
-    for name, expression in aggregations.items():
+    for name, expression in aggregations:
         try:
             tree = sqlglot.parse_one(expression, read="spark")
         except sqlglot.errors.SqlglotError:

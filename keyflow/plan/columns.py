@@ -108,10 +108,7 @@ def column_problems(nodes: Mapping[int, Node], ordered: list[Node]) -> list[str]
 
 
 def _aggregate_problems(node: AggregateNode, available: tuple[str, ...]) -> list[str]:
-    try:
-        calls = parse_aggregations(node.name, node.aggregations)
-    except ValueError:
-        return []  # reported by the aggregate's own check
+    calls = parse_aggregations(node.aggregations)  # an unreadable one reads no known columns
     lowered = {name.lower() for name in available}  # Spark resolves columns case-insensitively
     return [
         f"operator {node.name!r}: aggregate {call.name}={call.expression!r} reads column(s) {missing}, which "

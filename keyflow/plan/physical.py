@@ -101,7 +101,7 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
         return KeyedProcess(node)
     if not isinstance(node, AggregateNode):
         raise AssertionError(f"no physical kind for {node.kind} {node.name!r}")
-    calls = parse_aggregations(node.name, node.aggregations)
+    calls = parse_aggregations(node.aggregations)
     if node.changelog:
         return RetractingAggregate(node, retractable(node.name, calls, "over a changelog"))
     if node.reinterpreted and any(call.distinct for call in calls):

@@ -136,6 +136,7 @@ class FrameBuilder:
         state = self._state.get(operator.uid)
         pre_keyed = self.plan.reads_pre_keyed(node)
         context = KeyedContext(
+            node,
             operator,
             self.plan.max_parallelism,
             policy,

@@ -25,6 +25,7 @@ from keyflow.plan import physical
 from keyflow.plan.columns import missing_order_by_message
 from keyflow.plan.descriptors import ValueState
 from keyflow.plan.graph import Operator
+from keyflow.plan.nodes import KeyedNode
 from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
 from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
 from keyflow.runtime.errors import first_line
@@ -57,6 +58,7 @@ class KeyedContext:
     reinterpreted one follows; ``side``: a process function's broadcast side input.
     """
 
+    node: KeyedNode
     operator: Operator
     max_parallelism: int
     null_keys: str
@@ -68,9 +70,10 @@ class KeyedContext:
     ranges: KeyGroupRanges | None = None
     side: Broadcast[pa.Table] | None = None
 
-    def exchange(self, node: Any, rows: DataFrame, keep_key_group: bool) -> DataFrame:
+    def exchange(self, rows: DataFrame, keep_key_group: bool) -> DataFrame:
         """Rows routed to the subtask owning their key group (a reinterpreted operator's are
         there already: they only get their key group, which the worker checks)."""
+        node = self.node
         fail_message = f"{NULL_KEY_MARKER} {node.id}" if self.null_keys == "fail" else None
         if self.null_keys == "drop":
             rows = rows.filter(~null_key_condition(node.keys))
@@ -92,7 +95,6 @@ class KeyedContext:
 
     def run(
         self,
-        node: Any,
         exchanged: DataFrame,
         function: Any,
         schema: pa.Schema,
@@ -101,6 +103,7 @@ class KeyedContext:
         unique_keys: bool = False,
     ) -> DataFrame:
         """The keyed function over each subtask's rows, in the workers."""
+        node = self.node
         runner = ProcessRunner(
             function, schema, node.keys, order_by, dict(state), self.max_parallelism, self.operator.parallelism,
             f"{node.kind} {node.name!r}", self.keyed_state or MemoryState(), node.reinterpreted, self.verify,
@@ -121,11 +124,11 @@ def translate_keyed(operator: physical.KeyedOperator, frame: DataFrame, context:
 def _normalize(operator: physical.ChangelogNormalize, frame: DataFrame, context: KeyedContext) -> DataFrame:
     node = operator.node
     values = tuple(column for column in frame.columns if column not in (*node.keys, OFFSET, DELETED, OP))
-    exchanged = context.exchange(node, frame, keep_key_group=True).sortWithinPartitions(*node.keys)
+    exchanged = context.exchange(frame, keep_key_group=True).sortWithinPartitions(*node.keys)
     types = to_arrow_schema(frame.select(*node.keys, *values).schema, timezone=session_timezone(frame))
     output = pa.schema([*types, pa.field(OP, pa.string())])
     state = Normalize.state(types, node.keys)
-    return context.run(node, exchanged, Normalize(node.keys, values), output, state, (OFFSET,))
+    return context.run(exchanged, Normalize(node.keys, values), output, state, (OFFSET,))
 
 
 def _process(operator: physical.KeyedProcess, frame: DataFrame, context: KeyedContext) -> DataFrame:
@@ -134,17 +137,17 @@ def _process(operator: physical.KeyedProcess, frame: DataFrame, context: KeyedCo
     for column in node.order_by:
         if column not in frame.columns:
             raise PlanError(missing_order_by_message(node, column, frame.columns))
-    exchanged = context.exchange(node, frame, keep_key_group=True)
+    exchanged = context.exchange(frame, keep_key_group=True)
     if node.order_by:  # whole keys per call; without order_by the worker groups each batch by hashing
         exchanged = exchanged.sortWithinPartitions(*node.keys)
-    return context.run(node, exchanged, node.function, schema, node.state, node.order_by)
+    return context.run(exchanged, node.function, schema, node.state, node.order_by)
 
 
 def _group_by(operator: physical.GroupByAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
     node = operator.node
     columns = [F.expr(call.expression).alias(call.name) for call in operator.calls]
     aggregated = frame.groupBy(*node.keys).agg(*columns) if columns else frame.select(*node.keys).dropDuplicates()
-    return context.exchange(node, aggregated, keep_key_group=False)
+    return context.exchange(aggregated, keep_key_group=False)
 
 
 def _merged_partials(operator: physical.MergedPartialsAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
@@ -160,8 +163,8 @@ def _merged_partials(operator: physical.MergedPartialsAggregate, frame: DataFram
             output.append(types.field(f"__{call.name}").with_name(call.name))
     state = {column: ValueState(types.field(column).type) for column in wanted}
     merge = PartialMerge(operator.calls, node.keys)
-    exchanged = context.exchange(node, partial, keep_key_group=True)
-    return context.run(node, exchanged, merge, pa.schema(output), state, (), unique_keys=True)
+    exchanged = context.exchange(partial, keep_key_group=True)
+    return context.run(exchanged, merge, pa.schema(output), state, (), unique_keys=True)
 
 
 def _in_worker(operator: physical.InWorkerAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
@@ -175,8 +178,8 @@ def _in_worker(operator: physical.InWorkerAggregate, frame: DataFrame, context: 
         argument_type = None if spec.argument is None else types.field(spec.argument).type
         output.append(pa.field(spec.name, spec.output_type(argument_type)))
     function = RunningAggregate(node.keys, specs)
-    exchanged = context.exchange(node, prepared, keep_key_group=True)
-    return context.run(node, exchanged, function, pa.schema(output), function.state(specs, types), ())
+    exchanged = context.exchange(prepared, keep_key_group=True)
+    return context.run(exchanged, function, pa.schema(output), function.state(specs, types), ())
 
 
 def _retracting(operator: physical.RetractingAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
@@ -215,8 +218,8 @@ def _retracting_changes(
     output.append(pa.field(OP, pa.string()))
     function = RetractingAggregate(node.keys, specs, every_key=every_key)
     # Ordered by sign only to receive whole keys per call: one -U/+U pair per changed key and micro-batch.
-    exchanged = context.exchange(node, prepared, keep_key_group=True).sortWithinPartitions(*node.keys)
-    return context.run(node, exchanged, function, pa.schema(output), state, (SIGN,))
+    exchanged = context.exchange(prepared, keep_key_group=True).sortWithinPartitions(*node.keys)
+    return context.run(exchanged, function, pa.schema(output), state, (SIGN,))
 
 
 def _arguments(
