@@ -161,6 +161,6 @@ def test_only_a_distinct_aggregate_after_reinterpret_keeps_retracting_state() ->
     per_user = clicks(p).key_by("user").aggregate(distinct_users="count(*)", n="sum(n)").reinterpret_as_keyed("user")
     per_user.aggregate(total="sum(distinct_users)").set_name("running").sink(parquet("out/a"))
     per_user.aggregate(kinds="count(DISTINCT n)").set_name("distinct").sink(parquet("out/b"))
-    layouts = {op.name: op.details.get("state_layout") for op in p.compile().graph.operators}
+    layouts = {op.name: op.state.layout for op in p.compile().graph.operators if op.state is not None}
     assert layouts["running"] == "running"
     assert layouts["distinct"] == "retracting"

@@ -6,8 +6,10 @@ proves that no JVM started."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -16,8 +18,13 @@ from keyflow import Log, Pipeline, ValueState, datagen, files, log, parquet, ran
 from keyflow.cli.app import app
 from keyflow.errors import PlanError
 from keyflow.plan.aggregates import mergeable, parse_aggregations, retractable
+from keyflow.plan.graph import JobGraph
 from keyflow.plan.restore import check_restorable
-from tests.streams import EVENTS, TOTAL_SCHEMA, running_total
+from keyflow.plan.state_schema import StateLayout
+from keyflow.state.integrity import _as_read
+from keyflow.state.plan_file import PlanFile
+from keyflow.state.seal import as_json
+from tests.streams import EVENTS, TOTAL_SCHEMA, TOTAL_STATE, running_total
 
 AUTO = "execution.batch.adaptive.auto-parallelism."
 
@@ -204,3 +211,47 @@ def test_auto_parallelism_bounds_only_bind_a_batch_run_that_uses_them(tmp_path: 
         p = Pipeline(parallelism=2, config=config)
         p.source(source).sink(parquet(tmp_path / "out"))
         p.compile()
+
+
+def _as_plan_v2(plan: dict[str, Any]) -> dict[str, Any]:
+    """``plan`` as keyflow wrote it in plan format version 2: what state depends on was kept
+    among each operator's display details."""
+    for vertex in plan["vertices"]:
+        for operator in vertex["operators"]:
+            state, pre_keyed_by = operator.pop("state", None), operator.pop("pre_keyed_by", None)
+            details = operator["details"]
+            if pre_keyed_by:
+                details["pre_keyed_by"] = pre_keyed_by
+            if state and state["layout"] != "partials":
+                details["state_layout"] = state["layout"]
+            if state and state["key_groups"] != "hash":
+                details["key_groups"] = state["key_groups"]
+    return {**plan, "format_version": 2}
+
+
+def test_a_checkpoint_of_plan_format_version_2_restores_and_its_copies_still_match(tmp_path: Path) -> None:
+    """Checkpoints written before state schemas were typed (format version 2) restore unchanged,
+    and a changed key is still named; their manifests' plan copies still match plan.json."""
+    Log.create(tmp_path / "log", 3, EVENTS)
+    p = Pipeline(parallelism=2, config={"pipeline.max-parallelism": 64})
+    p.source(log(str(tmp_path / "log"))).reinterpret_as_keyed("user").aggregate(n="count(*)").sink(
+        parquet(tmp_path / "a")
+    )
+    p.source(log(str(tmp_path / "log"), changelog_mode="upsert", primary_key="user")).key_by("user").process(
+        running_total, TOTAL_SCHEMA, state=TOTAL_STATE
+    ).sink(parquet(tmp_path / "b"))
+    current = p.compile().graph
+    v2 = _as_plan_v2(json.loads(current.to_json()))
+    assert not [op for vertex in v2["vertices"] for op in vertex["operators"] if "state" in op]
+    saved = JobGraph.from_dict(v2)
+    assert [(op.uid, op.state, op.pre_keyed_by) for op in saved.operators] == [
+        (op.uid, op.state, op.pre_keyed_by) for op in current.operators
+    ]
+    assert {op.state.layout for op in saved.operators if op.state} >= {StateLayout.RUNNING, StateLayout.PARTIALS}
+    assert check_restorable(saved, current, None, False, "ckpt") == []
+    old = JobGraph.from_dict(_as_plan_v2(json.loads(_keyed_by("user", tmp_path).compile().graph.to_json())))
+    with pytest.raises(PlanError, match=r"it is now keyed by \['seq'\], the checkpoint's state by \['user'\]"):
+        check_restorable(old, _keyed_by("seq", tmp_path).compile().graph, None, False, "ckpt")
+    plan_file = PlanFile("id-1", saved)
+    assert _as_read({"checkpoint_id": "id-1", "plan": v2}) == as_json(plan_file.to_dict())
+    assert _as_read({"checkpoint_id": "id-1", "plan": {**v2, "format_version": 7}}) is None

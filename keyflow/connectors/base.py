@@ -1,7 +1,10 @@
-"""What the runtime needs of a connector: the contracts every source and sink implements.
+"""What the plan and the runtime need of a connector: the contracts sources and sinks implement.
 
-The runtime calls connectors only through these methods, and connectors never import the
-runtime: a new connector is a class with these methods, nothing else to register.
+The plan and the runtime call connectors only through these protocols, and connectors never
+import the runtime: a new connector is a class with these methods, nothing else to register.
+A capability (a changelog, splits partitioned by key, columns known before Spark starts) is
+a protocol of its own, checked with ``isinstance``. This module is a base module: it loads
+no Spark, so the pure plan may import it.
 """
 
 from __future__ import annotations
@@ -72,3 +75,45 @@ class StreamingSink(Sink, Protocol):
     def discard_after(self, batch: int) -> None:
         """Remove published output of batches after ``batch`` (the checkpoint does not have them)."""
         ...
+
+
+@runtime_checkable
+class KnowsColumns(Protocol):
+    """A source whose columns are known when the pipeline is built (checked before Spark)."""
+
+    def column_names(self) -> tuple[str, ...] | None: ...
+
+
+@runtime_checkable
+class ChangelogSource(Protocol):
+    """A source whose rows may be changes: ``changelog_mode`` is ``insert`` (rows are
+    inserts), ``upsert`` (a row replaces its primary key's) or ``all`` (rows carry ``op``)."""
+
+    @property
+    def changelog_mode(self) -> str: ...
+
+    @property
+    def primary_key(self) -> tuple[str, ...]: ...
+
+
+@runtime_checkable
+class SplitSource(Protocol):
+    """A stream of splits partitioned by key: readable as a pre-keyed stream
+    (``reinterpret_as_keyed``), each subtask reading the splits of its key groups."""
+
+    def current_splits(self) -> int:
+        """The number of splits now (splits may be added while a pipeline runs)."""
+        ...
+
+    def read_stream(self, spark: SparkSession, parallelism: int, layout: str | None = None) -> DataFrame:
+        """With ``layout``: read pre-keyed, rows carrying their split's key group."""
+        ...
+
+
+def changelog_mode(source: object) -> str:
+    """``insert`` for a source that is no changelog."""
+    return source.changelog_mode if isinstance(source, ChangelogSource) else "insert"
+
+
+def is_unbounded(source: object) -> bool:
+    return isinstance(source, StreamingSource) and source.unbounded

@@ -248,7 +248,6 @@ class LogStreamSource:
     stays correct at any parallelism."""
 
     unbounded = True
-    pre_keyable = True  # its splits can be read as a pre-keyed stream (reinterpret_as_keyed)
 
     def __init__(
         self,

@@ -9,12 +9,12 @@ computed expressions Spark names itself), nothing after it is checked here: Spar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
 
 import sqlglot
 from sqlglot import exp
 
 from keyflow.changelog import OP
+from keyflow.connectors.base import KnowsColumns
 from keyflow.plan.aggregates import parse_aggregations
 from keyflow.plan.nodes import (
     AggregateNode,
@@ -31,13 +31,6 @@ from keyflow.plan.nodes import (
 from keyflow.schemas import ddl_names
 
 Columns = tuple[str, ...] | None  # None: not known before Spark runs
-
-
-@runtime_checkable
-class KnowsColumns(Protocol):
-    """A source whose columns are known when the pipeline is built."""
-
-    def column_names(self) -> tuple[str, ...] | None: ...
 
 
 def output_columns(nodes: Mapping[int, Node], node_id: int, known: dict[int, Columns]) -> Columns:

@@ -7,12 +7,12 @@ single input).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from keyflow.config import AUTO_PARALLELISM, Config, auto_parallelism_bounds
+from keyflow.connectors.base import SplitSource, changelog_mode, is_unbounded
 from keyflow.errors import KeyflowError, PlanError
 from keyflow.keygroups import default_max_parallelism, split_key_groups
 from keyflow.plan.columns import column_problems
@@ -28,7 +28,8 @@ from keyflow.plan.nodes import (
     keyed_origin,
     upstream,
 )
-from keyflow.plan.physical import StateLayout, lower_keyed
+from keyflow.plan.physical import lower_keyed
+from keyflow.plan.state_schema import KeyGroupSource, StateSchema
 from keyflow.plan.uids import assign_uids
 
 
@@ -77,7 +78,7 @@ class CompiledPlan:
 
     def pre_keyed_by(self, node_id: int) -> tuple[str, ...]:
         """The keys a source is read pre-keyed by (a ``reinterpret_as_keyed`` after it), or ()."""
-        return tuple(self.operator(node_id).details.get("pre_keyed_by", ()))
+        return self.operator(node_id).pre_keyed_by
 
     def reads_pre_keyed(self, node: Node) -> bool:
         """Whether ``node`` reinterprets a pre-keyed source (its rows carry their split's key group)."""
@@ -118,7 +119,7 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
     ordered = upstream(nodes, roots)
     default = config.default_parallelism()
     parallelism = {node.id: node.parallelism or default for node in ordered}
-    streaming = any(getattr(n.source, "unbounded", False) for n in ordered if isinstance(n, SourceNode))
+    streaming = any(is_unbounded(n.source) for n in ordered if isinstance(n, SourceNode))
     problems = [*_keyed_problems(ordered, streaming), *column_problems(nodes, ordered)]
     if not streaming:
         problems += _option_problems(config)
@@ -170,8 +171,10 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
                     node.name,
                     node.kind,
                     parallelism[node.id],
-                    _value(input_partitioner[node.id]),
-                    {**node.describe(), **_pre_keyed_details(node, nodes, pre_keyed), **_layout(node, streaming)},
+                    input_partitioner[node.id],
+                    node.describe(),
+                    _state_schema(node, nodes, pre_keyed, streaming),
+                    pre_keyed.get(node.id, ()),
                 )
                 for node in chain
             ),
@@ -186,9 +189,7 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
         vertices=vertices,
         edges=tuple(edges),
     )
-    # As it reads back from JSON, so it compares equal to the plan a checkpoint persisted.
-    persisted = JobGraph.from_dict(json.loads(graph.to_json()))
-    return CompiledPlan(persisted, {node.id: node for node in ordered}, tuple(roots), config)
+    return CompiledPlan(graph, {node.id: node for node in ordered}, tuple(roots), config)
 
 
 def _keyed_problems(ordered: list[Node], streaming: bool) -> list[str]:
@@ -202,15 +203,6 @@ def _keyed_problems(ordered: list[Node], streaming: bool) -> list[str]:
             except PlanError as error:
                 problems.extend(error.problems)
     return problems
-
-
-def _layout(node: Node, streaming: bool) -> dict[str, Any]:
-    """How a keyed operator lays out its state, where that is not the default (the plan of
-    earlier checkpoints omits the default, so a restore compares them equal)."""
-    if not isinstance(node, KeyedNode):
-        return {}
-    layout = lower_keyed(node, streaming).layout
-    return {} if layout is StateLayout.PARTIALS else {"state_layout": layout.value}
 
 
 def _option_problems(config: Config) -> list[str]:
@@ -229,7 +221,7 @@ def _split_problems(
     for source_id, keys in pre_keyed.items():
         source = nodes[source_id]
         assert isinstance(source, SourceNode)
-        if not getattr(source.source, "pre_keyable", False):
+        if not isinstance(source.source, SplitSource):
             continue  # refused by the reinterpret check, with its own message
         try:
             split_key_groups((), source.source.current_splits(), max_parallelism)
@@ -240,10 +232,6 @@ def _split_problems(
 
 def pre_keyed_problem(source: str, keys: Sequence[str], error: Exception) -> str:
     return f"source {source!r} (pre-keyed by {list(keys)}): {error}"
-
-
-def _value(partitioner: Partitioner | None) -> str | None:
-    return partitioner.value if partitioner else None
 
 
 def _partitioner(
@@ -285,14 +273,15 @@ def _pre_keyed_sources(ordered: list[Node], nodes: Mapping[int, Node]) -> dict[i
     return found
 
 
-def _pre_keyed_details(node: Node, nodes: Mapping[int, Node], pre_keyed: dict[int, tuple[str, ...]]) -> dict[str, Any]:
-    """A pre-keyed source names its keys; a keyed operator reading it keeps its state in its
+def _state_schema(
+    node: Node, nodes: Mapping[int, Node], pre_keyed: dict[int, tuple[str, ...]], streaming: bool
+) -> StateSchema | None:
+    """What a keyed operator persists. One reading a pre-keyed source keeps its state in its
     splits' key groups, not the key hash's, so a checkpoint cannot switch between the two."""
-    if node.id in pre_keyed:
-        return {"pre_keyed_by": list(pre_keyed[node.id])}
-    if isinstance(node, KeyedNode) and node.reinterpreted and keyed_origin(nodes, node.inputs[0]).id in pre_keyed:
-        return {"key_groups": "splits"}
-    return {}
+    if not isinstance(node, KeyedNode):
+        return None
+    reads_splits = node.reinterpreted and keyed_origin(nodes, node.inputs[0]).id in pre_keyed
+    return lower_keyed(node, streaming).state_schema(KeyGroupSource.SPLITS if reads_splits else KeyGroupSource.HASH)
 
 
 def _check_reinterpretable(
@@ -320,7 +309,7 @@ def _check_reinterpretable(
         upstream = nodes[upstream.inputs[0]]
     what = f"operator {node.name!r} reinterprets its input as keyed by {list(node.keys)}, but"
     if isinstance(upstream, SourceNode):
-        if not getattr(upstream.source, "pre_keyable", False):
+        if not isinstance(upstream.source, SplitSource):
             raise PlanError(f"{what} source {upstream.name!r} has no splits partitioned by key (log(...) has); {use}")
         _check_pre_keyed_source(node, upstream, parallelism)
         return
@@ -354,7 +343,7 @@ def _check_pre_keyed_source(node: KeyedNode, source: SourceNode, parallelism: di
             f"{parallelism[node.id]}, but the source runs at {parallelism[source.id]}: its subtasks read the splits "
             "of the keyed operator's key groups, so give both the same parallelism (or neither an explicit one)"
         )
-    if getattr(source.source, "changelog_mode", "insert") != "insert":
+    if changelog_mode(source.source) != "insert":
         raise PlanError(
             f"operator {node.name!r} reinterprets changelog source {source.name!r} as keyed; a changelog is "
             "normalized by its primary key first, so reinterpret the stream after that, or use key_by(...)"
@@ -372,7 +361,7 @@ def _sink_keyed_shuffle(sink: SinkNode, same_parallelism: bool, parallelism: int
 
 def _check_order_survives(node: Node, upstream: Node, before: int, after: int) -> None:
     """A rebalance would deliver the changes of one key to several subtasks, out of order."""
-    changelog = isinstance(upstream, SourceNode) and getattr(upstream.source, "changelog_mode", "insert") != "insert"
+    changelog = isinstance(upstream, SourceNode) and changelog_mode(upstream.source) != "insert"
     if isinstance(node, SinkNode) and node.changelog and not node.primary_key:  # as Flink's CommonExecSink
         raise PlanError(
             f"sink {node.name!r} runs at parallelism {after} and its input {upstream.name!r} at {before}, and the "

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from keyflow.errors import PlanError
+from keyflow.plan.state_schema import StateSchema
 
-KEYED_KINDS = frozenset({"aggregate", "process", "changelog_normalize"})
-PLAN_FORMAT_VERSION = 2  # 2: operators carry a stable ``uid`` (a string) beside their ``id``
+PLAN_FORMAT_VERSION = 3  # 2: operators carry a stable ``uid``; 3: keyed ones their typed ``state`` schema
+READABLE_FORMAT_VERSIONS = (2, PLAN_FORMAT_VERSION)
+KEYED_KINDS = frozenset({"aggregate", "process", "changelog_normalize"})  # in a plan of format version 2
 
 
 class Partitioner(StrEnum):
@@ -24,21 +27,62 @@ class Partitioner(StrEnum):
 
 @dataclass(frozen=True)
 class Operator:
-    """One operator: ``id`` wires the graph (creation order), ``uid`` names its state."""
+    """One operator: ``id`` wires the graph (creation order), ``uid`` names its state;
+    ``details`` are what the plan shows, ``state`` and ``pre_keyed_by`` what runs and restores."""
 
     id: int
     uid: str
     name: str
     kind: str
     parallelism: int
-    input_partitioner: str | None
-    details: dict[str, Any] = field(default_factory=dict)
+    input_partitioner: Partitioner | None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    state: StateSchema | None = None  # the keyed state it persists
+    pre_keyed_by: tuple[str, ...] = ()  # a source read pre-keyed: the keys its splits are partitioned by
 
     @property
     def keyed(self) -> bool:
         """Whether it keeps keyed state by key group: a keyed operator, fed by a hash edge or,
         reinterpreted as keyed, by a forward one (a sink routed by its primary key keeps none)."""
-        return self.kind in KEYED_KINDS
+        return self.state is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": self.id,
+            "uid": self.uid,
+            "name": self.name,
+            "kind": self.kind,
+            "parallelism": self.parallelism,
+            "input_partitioner": self.input_partitioner.value if self.input_partitioner else None,
+            "details": dict(self.details),
+        }
+        if self.state is not None:
+            data["state"] = self.state.to_dict()
+        if self.pre_keyed_by:
+            data["pre_keyed_by"] = list(self.pre_keyed_by)
+        return data
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any], version: int) -> Operator:
+        details = dict(data["details"])
+        if version == 2:  # the state schema and pre-keyed keys were display details
+            state = StateSchema.from_plan_v2(details) if data["kind"] in KEYED_KINDS else None
+            pre_keyed_by = details.get("pre_keyed_by", ())
+        else:
+            state = StateSchema.from_dict(data["state"]) if "state" in data else None
+            pre_keyed_by = data.get("pre_keyed_by", ())
+        partitioner = data["input_partitioner"]
+        return Operator(
+            id=int(data["id"]),
+            uid=str(data["uid"]),
+            name=str(data["name"]),
+            kind=str(data["kind"]),
+            parallelism=int(data["parallelism"]),
+            input_partitioner=Partitioner(partitioner) if partitioner else None,
+            details=details,
+            state=state,
+            pre_keyed_by=tuple(pre_keyed_by),
+        )
 
 
 @dataclass(frozen=True)
@@ -87,11 +131,26 @@ class JobGraph:
         return {operator.uid: operator for operator in self.operators if operator.keyed}
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["format_version"] = PLAN_FORMAT_VERSION
-        for edge in data["edges"]:
-            edge["partitioner"] = edge["partitioner"].value
-        return data
+        return {
+            "name": self.name,
+            "max_parallelism": self.max_parallelism,
+            "key_hash": self.key_hash,
+            "default_parallelism": self.default_parallelism,
+            "vertices": [
+                {
+                    "id": vertex.id,
+                    "parallelism": vertex.parallelism,
+                    "max_parallelism": vertex.max_parallelism,
+                    "operators": [operator.to_dict() for operator in vertex.operators],
+                }
+                for vertex in self.vertices
+            ],
+            "edges": [
+                {"source": e.source, "target": e.target, "partitioner": e.partitioner.value, "keys": list(e.keys)}
+                for e in self.edges
+            ],
+            "format_version": PLAN_FORMAT_VERSION,
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -99,10 +158,10 @@ class JobGraph:
     @staticmethod
     def from_dict(data: dict[str, Any]) -> JobGraph:
         version = data.get("format_version")
-        if version != PLAN_FORMAT_VERSION:
+        if version not in READABLE_FORMAT_VERSIONS:
             raise PlanError(
-                f"plan format_version {version!r} is not supported by this keyflow (it reads version "
-                f"{PLAN_FORMAT_VERSION}); use the keyflow release that wrote it"
+                f"plan format_version {version!r} is not supported by this keyflow (it reads versions "
+                f"{' and '.join(map(str, READABLE_FORMAT_VERSIONS))}); use the keyflow release that wrote it"
             )
         return JobGraph(
             name=data["name"],
@@ -114,7 +173,7 @@ class JobGraph:
                     id=vertex["id"],
                     parallelism=vertex["parallelism"],
                     max_parallelism=vertex["max_parallelism"],
-                    operators=tuple(Operator(**operator) for operator in vertex["operators"]),
+                    operators=tuple(Operator.from_dict(operator, version) for operator in vertex["operators"]),
                 )
                 for vertex in data["vertices"]
             ),
@@ -133,7 +192,7 @@ class JobGraph:
         for vertex in self.vertices:
             lines.append(f"  [{vertex.id}] parallelism {vertex.parallelism}: {vertex.name}")
             for operator in vertex.operators:
-                details = ", ".join(f"{key}={value}" for key, value in operator.details.items())
+                details = ", ".join(f"{key}={value}" for key, value in _shown(operator).items())
                 uid = f" (uid {operator.uid})"
                 lines.append(f"        {operator.kind}{uid}: {details}" if details else f"        {operator.kind}{uid}")
             for edge in self.edges:
@@ -141,3 +200,15 @@ class JobGraph:
                     keys = f" by {', '.join(edge.keys)}" if edge.keys else ""
                     lines.append(f"      <- [{edge.source}] {edge.partitioner.value}{keys}")
         return "\n".join(lines)
+
+
+def _shown(operator: Operator) -> dict[str, Any]:
+    """An operator's details as the plan shows them, with what its state depends on."""
+    shown = dict(operator.details)
+    if operator.pre_keyed_by:
+        shown["pre_keyed_by"] = list(operator.pre_keyed_by)
+    if operator.state is not None and operator.state.layout != "partials":
+        shown["state_layout"] = operator.state.layout.value
+    if operator.state is not None and operator.state.key_groups != "hash":
+        shown["key_groups"] = operator.state.key_groups.value
+    return shown

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from keyflow.connectors.base import Sink, Source, changelog_mode
 from keyflow.plan.descriptors import StateDescriptor
 
 
@@ -44,7 +45,7 @@ class Node:
 
 @dataclass(frozen=True, eq=False)
 class SourceNode(Node):
-    source: Any = None
+    source: Source = field(kw_only=True)
     kind: ClassVar[str] = "source"
 
     def describe(self) -> dict[str, Any]:
@@ -158,7 +159,7 @@ class SinkNode(Node):
     """A sink; ``primary_key`` routes its input by key group under
     ``table.exec.sink.keyed-shuffle``; ``changelog`` says its input carries row kinds."""
 
-    sink: Any = None
+    sink: Sink = field(kw_only=True)
     primary_key: tuple[str, ...] = ()
     changelog: bool = False
     kind: ClassVar[str] = "sink"
@@ -197,7 +198,7 @@ def emits_changelog(nodes: Mapping[int, Node], node_id: int) -> bool:
     if isinstance(node, AggregateNode):
         return node.changelog
     if isinstance(node, SourceNode):
-        return getattr(node.source, "changelog_mode", "insert") == "all"
+        return changelog_mode(node.source) == "all"
     if isinstance(node, (SelectNode, FilterNode, WithColumnsNode, MapBatchesNode)):
         return emits_changelog(nodes, node.inputs[0])  # they must keep ``op`` (checked when they run)
     return False

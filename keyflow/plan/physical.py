@@ -11,20 +11,11 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import ClassVar
 
 from keyflow.plan.aggregates import AggregateCall, mergeable, parse_aggregations, retractable
 from keyflow.plan.nodes import AggregateNode, KeyedNode, NormalizeNode, ProcessNode
-
-
-class StateLayout(StrEnum):
-    """How a keyed operator lays out its state; a checkpoint's state can only be restored by
-    an operator with the same layout."""
-
-    PARTIALS = "partials"  # declared state (process, normalize) or merged per-batch partials
-    RUNNING = "running"  # running partials merged in the worker (an aggregate after reinterpret)
-    RETRACTING = "retracting"  # what retraction needs: value multisets for min, max, distinct
+from keyflow.plan.state_schema import KeyGroupSource, StateLayout, StateSchema
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,6 +24,13 @@ class KeyedOperator:
 
     node: KeyedNode
     layout: ClassVar[StateLayout] = StateLayout.PARTIALS
+
+    def state_schema(self, key_groups: KeyGroupSource) -> StateSchema:
+        """What it persists, for ``plan.json``; ``key_groups``: decided by the compiler."""
+        return StateSchema(self.node.keys, self.contents(), self.layout, key_groups)
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        return ()  # a normalize: each key's last row, of the input's schema
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,11 +46,17 @@ class KeyedProcess(KeyedOperator):
 
     node: ProcessNode
 
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        return tuple((name, str(descriptor.arrow_type)) for name, descriptor in self.node.state.items())
+
 
 @dataclass(frozen=True, eq=False)
 class Aggregate(KeyedOperator):
     node: AggregateNode
     calls: tuple[AggregateCall, ...]
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        return tuple(self.node.aggregations.items())
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,23 +7,8 @@ keyed operator (by uid, see ``keyflow.plan.uids``) owns which state.
 
 from __future__ import annotations
 
-from typing import Any
-
 from keyflow.errors import PlanError
 from keyflow.plan.graph import JobGraph, Operator
-
-
-def state_signature(operator: Operator) -> dict[str, Any]:
-    """What an operator's state depends on: kind, keys, its declared state or aggregates, and
-    where its key groups come from (the key hash, or a pre-keyed source's splits)."""
-    details = operator.details
-    return {
-        "kind": operator.kind,
-        "keys": details.get("keys"),
-        "state": details.get("state", details.get("aggregations")),
-        "layout": details.get("state_layout", "partials"),
-        "key_groups": details.get("key_groups", "hash"),
-    }
 
 
 def check_restorable(
@@ -54,7 +39,7 @@ def check_restorable(
         )
     for uid, operator in now.items():
         saved_as = before.get(uid) or _same_name({u: op for u, op in before.items() if u not in now}, operator)
-        changes = [] if saved_as is None else _changes(state_signature(saved_as), state_signature(operator))
+        changes = [] if saved_as is None else _changes(saved_as, operator)
         if changes:
             raise PlanError(
                 f"operator {operator.name!r} (uid {uid!r}) cannot restore its state from checkpoint {checkpoint}: "
@@ -86,21 +71,28 @@ def _same_name(saved: dict[str, Operator], operator: Operator) -> Operator | Non
     return found[0] if len(found) == 1 else None
 
 
-_WHAT = {
-    "kind": "it is now a {new} operator, the checkpoint's a {old} one",
-    "keys": "it is now keyed by {new}, the checkpoint's state by {old}",
-    "state": "it now keeps {new}, the checkpoint {old}",
-    "layout": "it now keeps its state as {new}, the checkpoint as {old}",
-    "key_groups": "it now takes its key groups from {new}, the checkpoint from {old}",
-}
 _WORDS = {"partials": "merged partials", "running": "running partials", "retracting": "retractable values",
           "hash": "the key hash", "splits": "a pre-keyed source's splits"}  # fmt: skip
 
 
-def _changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """What differs between two state signatures, in the user's words."""
-    return [
-        _WHAT[field].format(old=_WORDS.get(str(saved[field]), saved[field]), new=_WORDS.get(str(value), value))
-        for field, value in current.items()
-        if saved[field] != value
-    ]
+def _changes(saved: Operator, current: Operator) -> list[str]:
+    """What differs between the state two operators keep, in the user's words."""
+    assert saved.state is not None  # both keyed
+    assert current.state is not None
+    old, new = saved.state, current.state
+    changes = []
+    if saved.kind != current.kind:
+        changes.append(f"it is now a {current.kind} operator, the checkpoint's a {saved.kind} one")
+    if old.keys != new.keys:
+        changes.append(f"it is now keyed by {list(new.keys)}, the checkpoint's state by {list(old.keys)}")
+    if old.contents != new.contents:
+        changes.append(f"it now keeps {dict(new.contents)}, the checkpoint {dict(old.contents)}")
+    if old.layout != new.layout:
+        changes.append(f"it now keeps its state as {_WORDS[new.layout]}, the checkpoint as {_WORDS[old.layout]}")
+    if old.key_groups != new.key_groups:
+        changes.append(
+            f"it now takes its key groups from {_WORDS[new.key_groups]}, the checkpoint from {_WORDS[old.key_groups]}"
+        )
+    if old.version != new.version:
+        changes.append(f"its state layout is now version {new.version}, the checkpoint's {old.version}")
+    return changes

@@ -87,22 +87,23 @@ class FrameBuilder:
         else:
             upstream = self.frame(node.inputs[0])
             partitioner = operator.input_partitioner
-            if partitioner == Partitioner.FORWARD.value and not getattr(node, "reinterpreted", False):
+            reinterpreted = isinstance(node, nodes.KeyedNode) and node.reinterpreted
+            if partitioner is Partitioner.FORWARD and not reinterpreted:
                 # The plan saw equal parallelisms; one decided at run time may differ. An
                 # operator with its own parallelism keeps it, the others follow their input.
                 if node.parallelism is None:
                     parallelism = self.parallelism[node.inputs[0]]
                 elif node.parallelism != self.parallelism[node.inputs[0]]:
-                    partitioner = Partitioner.REBALANCE.value
-            elif partitioner == Partitioner.FORWARD.value:
+                    partitioner = Partitioner.REBALANCE
+            elif partitioner is Partitioner.FORWARD:
                 parallelism = self.parallelism[node.inputs[0]]
-            if partitioner == Partitioner.REBALANCE.value:
+            if partitioner is Partitioner.REBALANCE:
                 upstream = rebalance(upstream, operator.parallelism)
             if not (isinstance(node, (nodes.FilterNode, nodes.WithColumnsNode)) or self.plan.reads_pre_keyed(node)):
                 upstream = upstream.drop(KEY_GROUP_COLUMN)  # a pre-keyed source's, for its keyed operator only
             if isinstance(node, nodes.SinkNode):
                 frame = upstream
-                if partitioner == Partitioner.HASH.value:  # table.exec.sink.keyed-shuffle
+                if partitioner is Partitioner.HASH:  # table.exec.sink.keyed-shuffle
                     missing = [key for key in node.primary_key if key not in upstream.columns]
                     if missing:
                         raise PlanError(
@@ -111,7 +112,7 @@ class FrameBuilder:
                         )
                     frame = keyed_exchange(upstream, node.primary_key, self.plan.max_parallelism, operator.parallelism,
                                            keep_key_group=False)  # fmt: skip
-            elif partitioner == Partitioner.HASH.value or node.keyed:
+            elif partitioner is Partitioner.HASH or node.keyed:
                 frame = self._keyed(node, upstream)
             else:
                 frame = apply_stateless(node, upstream)

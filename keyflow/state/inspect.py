@@ -38,7 +38,7 @@ def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
                 "uid": uid,
                 "name": operator.name,
                 "kind": operator.kind,
-                "keys": operator.details.get("keys"),
+                "keys": list(operator.state.keys) if operator.state else None,
                 "state_files": len(files),
                 "state_bytes": sum(f.bytes for f in files),
                 "keys_stored": sum(f.keys_in_range for f in newest),

@@ -19,9 +19,11 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from pyarrow import fs
 
+from keyflow.errors import KeyflowError
 from keyflow.state.checkpoint import (
     ALTERED,
     ROLLBACK_FILE,
@@ -195,9 +197,18 @@ def _differs_from_copy(plan_file: PlanFile, checks: list[VersionCheck]) -> Damag
     """plan.json does not change after the first commit: it must equal the newest intact copy
     (this also catches edits to a plan.json written before plan files were sealed)."""
     copy = next((c for c in checks if c.intact and c.manifest and c.manifest.plan), None)
-    if copy is None or copy.manifest is None or copy.manifest.plan == as_json(plan_file.to_dict()):
+    if copy is None or copy.manifest is None or _as_read(copy.manifest.plan) == as_json(plan_file.to_dict()):
         return None
     return DamagedFileError(PLAN_FILE, f"was altered: it differs from the copy committed with version {copy.version}")
+
+
+def _as_read(plan: dict[str, Any]) -> dict[str, Any] | None:
+    """A plan file's copy as this keyflow reads and writes it (a copy of an older plan format
+    equals its plan.json once both are read), None if it is not readable."""
+    try:
+        return as_json(PlanFile.from_dict(plan).to_dict())
+    except KeyflowError:
+        return None
 
 
 def check_before_restore(checkpoint: Checkpoint) -> None:

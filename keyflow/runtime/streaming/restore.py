@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pyarrow import fs
 
-from keyflow.connectors.base import StreamingSink, StreamingSource
+from keyflow.connectors.base import StreamingSink, is_unbounded
 from keyflow.errors import PlanError
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.nodes import SourceNode
@@ -38,7 +38,7 @@ class Restored:
 def streaming_source(plan: CompiledPlan) -> SourceNode:
     """The one unbounded source a streaming run reads."""
     sources = plan.sources
-    if len(sources) != 1 or not (isinstance(sources[0].source, StreamingSource) and sources[0].source.unbounded):
+    if len(sources) != 1 or not is_unbounded(sources[0].source):
         raise PlanError(
             "a streaming run (run(checkpoint=...)) needs exactly one unbounded source, e.g. "
             "datagen(rows_per_second=...), files(..., watch=True) or log(...); "
