@@ -15,7 +15,6 @@ restore; no state file is rewritten.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +43,7 @@ class StreamState:
 
     plan: CompiledPlan
     checkpoint: Checkpoint
-    checkpoint_id: str
+    plan_file: PlanFile  # a copy goes into each manifest
     run_id: str
     source_id: int
     manifest: Manifest | None
@@ -54,18 +53,19 @@ class StreamState:
     def committed(self) -> int:
         return self.manifest.version if self.manifest else -1
 
+    @property
+    def checkpoint_id(self) -> str:
+        return self.plan_file.checkpoint_id
+
 
 def commit_micro_batch(
     stream: StreamState,
     frame: DataFrame,
     batch: int,
-    check_keys: Callable[[FrameBuilder], PlanFile],
     event: dict[str, Any] | None = None,
 ) -> tuple[Manifest, BatchMetrics]:
     """Run micro-batch ``batch`` of the source rows ``frame`` and commit it as version
-    ``batch``; ``check_keys`` sees the built operators before anything runs and returns the plan
-    file the manifest keeps a copy of; ``event`` (a
-    rescale) is logged with the batch once it is committed."""
+    ``batch``; ``event`` (a rescale) is logged with the batch once it is committed."""
     started = time.perf_counter()
     plan, checkpoint = stream.plan, stream.checkpoint
     frame.sparkSession.conf.set("spark.sql.shuffle.partitions", str(plan.parallelism))
@@ -77,7 +77,6 @@ def commit_micro_batch(
     source = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
     builder = FrameBuilder(frame.sparkSession, plan, {stream.source_id: source}, state)
     try:
-        plan_file = check_keys(builder)
         # Every sink consumes its input in full, so each keyed subtask runs to its end and
         # writes its state file once (operators read by several sinks are persisted).
         outputs, staged = _stage_outputs(builder, batch)
@@ -96,7 +95,7 @@ def commit_micro_batch(
             pre_keyed, conflicts = stream.pre_keyed.verify(batch, plan.config["pipeline.pre-keyed.verify"])
         manifest = Manifest(
             batch, plan.parallelism, plan.max_parallelism, operators, staged, pre_keyed=pre_keyed,
-            checkpoint_id=stream.checkpoint_id, plan=plan_file.to_dict(),
+            checkpoint_id=stream.checkpoint_id, plan=stream.plan_file.to_dict(),
         )  # fmt: skip
         checkpoint.commit(manifest)
         if event is not None:

@@ -23,15 +23,15 @@ from keyflow.paths import unlock
 from keyflow.plan.compile import CompiledPlan
 from keyflow.runtime.autoscale import Autoscaler
 from keyflow.runtime.errors import guarded, translate
-from keyflow.runtime.frames import FrameBuilder, session_for
+from keyflow.runtime.frames import session_for
 from keyflow.runtime.streaming import restore
 from keyflow.runtime.streaming.commit import StreamState, commit_micro_batch
 from keyflow.runtime.streaming.faults import fault
 from keyflow.runtime.streaming.prekeyed import PreKeyedSource
+from keyflow.runtime.streaming.prepare import prepare
 from keyflow.runtime.streaming.results import BatchMetrics, StreamingResult
 from keyflow.state.checkpoint import SOURCE_DIR, Checkpoint, CheckpointError, DamagedFileError
 from keyflow.state.integrity import damaged_while_reading, found_damaged
-from keyflow.state.plan_file import PlanFile
 from keyflow.state.rollback import forget_uncommitted
 
 
@@ -53,7 +53,6 @@ class StreamingJob:
         self._pending_event: dict[str, Any] | None = None  # logged once a batch commits at the new parallelism
         self._stopping = self._stopped = False
         self._stop_lock = threading.Lock()
-        self._key_types_checked = False
         self.run_id = uuid.uuid4().hex
         self._source = restore.streaming_source(plan)
         self._autoscaler: Autoscaler | None = None
@@ -63,13 +62,12 @@ class StreamingJob:
             raise PlanError(str(error)) from None
         try:
             restored = restore.restore(plan, self.checkpoint)
-            self._plan_file = restored.plan_file
             try:
                 self._pre_keyed = PreKeyedSource.of(restored.plan, self._source, self.checkpoint, restored.manifest)
             except DamagedFileError as damage:  # a split index whose content was altered
                 raise PlanError(damaged_while_reading(self.checkpoint, damage.file, damage.problem)) from None
             self._stream = StreamState(
-                restored.plan, self.checkpoint, self._plan_file.checkpoint_id, self.run_id, self._source.id,
+                restored.plan, self.checkpoint, restored.plan_file, self.run_id, self._source.id,
                 restored.manifest, self._pre_keyed,
             )  # fmt: skip
             if restored.manifest is not None and restored.manifest.parallelism != self.plan.parallelism:
@@ -179,9 +177,11 @@ class StreamingJob:
             stream = guarded(lambda: read(spark, parallelism, layout), f"while starting {self._source.name!r}")
         else:
             stream = guarded(lambda: read(spark, parallelism), f"while starting {self._source.name!r}")
-        self._plan_file = restore.check_source_schema(
-            self.checkpoint, self._plan_file, self._source, stream.drop(KEY_GROUP_COLUMN).schema.simpleString()
+        plan_file = restore.check_source_schema(
+            self.checkpoint, self._stream.plan_file, self._source, stream.drop(KEY_GROUP_COLUMN).schema.simpleString()
         )
+        self._stream = dataclasses.replace(self._stream, plan_file=plan_file)
+        self._stream = dataclasses.replace(self._stream, plan_file=prepare(self._stream, spark, stream.schema))
         source_dir = f"{self.checkpoint.uri.rstrip('/')}/{SOURCE_DIR}"  # Spark's own offsets
         writer = stream.writeStream.foreachBatch(self._run_batch).option("checkpointLocation", source_dir)
         if self.available_now:
@@ -220,7 +220,7 @@ class StreamingJob:
         fault("start", batch)
         if self._pre_keyed is None:
             self._apply_rescale()
-        manifest, metrics = commit_micro_batch(self._stream, frame, batch, self._check_key_types, self._pending_event)
+        manifest, metrics = commit_micro_batch(self._stream, frame, batch, self._pending_event)
         self._stream = dataclasses.replace(self._stream, manifest=manifest)
         self._pending_event = None
         if self._pre_keyed is not None:
@@ -231,19 +231,6 @@ class StreamingJob:
         self.result.batches.append(metrics)
         if self._on_batch is not None:
             self._on_batch(metrics)
-
-    def _check_key_types(self, builder: FrameBuilder) -> PlanFile:
-        """Once per run, before the first micro-batch runs: the keys' types match the checkpoint's.
-        Returns the plan file as it is now (each manifest keeps a copy)."""
-        if self._key_types_checked:
-            return self._plan_file
-        keyed = self.plan.keyed_nodes()
-        for node in keyed.values():
-            builder.frame(node.id)  # lazy: builds the DataFrame, runs nothing
-        current = {uid: builder.key_types(node.id) for uid, node in keyed.items()}
-        self._plan_file = restore.check_key_types(self.checkpoint, self._plan_file, self.plan, current)
-        self._key_types_checked = True
-        return self._plan_file
 
     # -- rescale ---------------------------------------------------------------------------
     def _apply_rescale(self) -> None:
