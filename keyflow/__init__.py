@@ -38,7 +38,12 @@ _EXPORTS = {
     "KeyflowError": "keyflow.errors",
     "PlanError": "keyflow.errors",
     "PipelineError": "keyflow.errors",
-    "ConfigError": "keyflow.config",
+    "ConfigError": "keyflow.errors",
+    "CheckpointError": "keyflow.errors",
+    "DamagedCheckpointError": "keyflow.errors",
+    "RestoreError": "keyflow.errors",
+    "DataError": "keyflow.errors",
+    "EngineError": "keyflow.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,12 +17,8 @@ from typing import Any
 
 import yaml
 
-from keyflow.errors import KeyflowError
+from keyflow.errors import ConfigError
 from keyflow.keygroups import UPPER_BOUND_MAX_PARALLELISM
-
-
-class ConfigError(KeyflowError):
-    """An invalid configuration key or value."""
 
 
 @dataclass(frozen=True)

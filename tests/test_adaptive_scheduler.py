@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from keyflow.config import ConfigError
+from keyflow.errors import ConfigError
 from keyflow.scheduler.adaptive import AdaptiveScheduler, SchedulerConfig, State, should_rescale
 
 

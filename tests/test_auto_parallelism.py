@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from keyflow import KeyedBatch, KeyedState, Pipeline, PlanError, ValueState, files, parquet
-from keyflow.config import ConfigError
+from keyflow.errors import ConfigError
 from keyflow.keygroups import assign_to_key_groups
 from keyflow.runtime.executor import RunResult
 from tests.pipelines import TEST_SPARK

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from keyflow import Pipeline, log, parquet
 from keyflow.cli.app import app
-from keyflow.errors import PlanError
+from keyflow.errors import EngineError, PlanError
 from keyflow.runtime.autoscale import Autoscaler
 from keyflow.scheduler.adaptive import AdaptiveScheduler, SchedulerConfig, State
 from keyflow.state.checkpoint import Checkpoint
@@ -147,7 +147,7 @@ def test_no_slots_for_the_wait_timeout_fails_with_the_fix(tmp_path: Path) -> Non
     assert autoscaler.poll() is State.WAITING_FOR_RESOURCES
     clock.now += 0.1
     assert autoscaler.poll() is State.FINISHED  # as Flink: the job fails (no Failing state on this path)
-    with pytest.raises(PlanError, match=r"no executor cores when the resource-wait-timeout \(30 s"):
+    with pytest.raises(EngineError, match=r"no executor cores when the resource-wait-timeout \(30 s"):
         raise autoscaler.failure()
     autoscaler.close("failed", autoscaler.failure())  # what the job does when it stops
 

@@ -58,7 +58,7 @@ def test_script_form_exits_1_with_message(tmp_path: Path) -> None:
 def test_a_session_without_java_is_one_config_error(tmp_path: Path) -> None:
     """Starting Spark without Java is a KeyflowError naming the fix (the CLI prints one line)."""
     check = (
-        "from keyflow.config import ConfigError\n"
+        "from keyflow.errors import ConfigError\n"
         "from keyflow.runtime.session import spark_session\n"
         "try:\n    spark_session({'spark.master': 'local[1]'})\n"
         "except ConfigError as error:\n    print('ConfigError:', error)\n"

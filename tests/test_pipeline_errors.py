@@ -10,6 +10,7 @@ import pytest
 
 from keyflow import (
     ConfigError,
+    DataError,
     KeyedBatch,
     KeyedState,
     Pipeline,
@@ -41,9 +42,7 @@ def test_null_keys_fail_with_the_count(with_nulls: Path, parallelism: int) -> No
     """Also at parallelism 1, where Spark's one-partition exchange ignores the routing expression."""
     p = Pipeline(parallelism=parallelism, config=TEST_SPARK)
     stream = p.source(files(with_nulls)).key_by("user").aggregate(total="sum(price)").set_name("per_user")
-    with pytest.raises(
-        PipelineError, match=r"operator 'per_user': 2 of 5 rows have a null in key column\(s\) \['user'\]"
-    ):
+    with pytest.raises(DataError, match=r"operator 'per_user': 2 of 5 rows have a null in key column\(s\) \['user'\]"):
         stream.to_arrow()
 
 
@@ -99,7 +98,7 @@ def test_process_returning_the_wrong_columns(with_nulls: Path) -> None:
     stream = pipeline(**{"pipeline.null-keys": "drop"}).source(files(with_nulls)).key_by("user")
     result = stream.process(wrong_columns, schema="user string, total double")
     with pytest.raises(
-        PipelineError,
+        DataError,
         match=r"process 'wrong_columns' returned columns \['user', 'oops'\] "
         r"but its schema declares \['user', 'total'\]",
     ):
@@ -111,7 +110,7 @@ def test_process_returning_the_wrong_types(with_nulls: Path) -> None:
     stream = pipeline(**{"pipeline.null-keys": "drop"}).source(files(with_nulls)).key_by("user")
     result = stream.process(wrong_types, schema="user string, total double")
     with pytest.raises(
-        PipelineError, match=r"process 'wrong_types' returned \(user string, total string\) which does not fit"
+        DataError, match=r"process 'wrong_types' returned \(user string, total string\) which does not fit"
     ):
         result.to_arrow()
 
@@ -140,13 +139,13 @@ def test_malformed_json_record_is_an_error_not_a_null(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "events.json").write_text('{"user": "a", "price": 1}\n{"user": "b", "price": \n')
     source = files(tmp_path / "in", format="json", schema="user string, price double")
-    with pytest.raises(PipelineError, match=r"cannot read input file .*events\.json \(a malformed record\)"):
+    with pytest.raises(DataError, match=r"cannot read input file .*events\.json \(a malformed record\)"):
         pipeline().source(source).to_arrow()
 
 
 @pytest.mark.jvm
 def test_missing_input_path(tmp_path: Path) -> None:
-    with pytest.raises(PipelineError, match=r"input path .*nowhere does not exist"):
+    with pytest.raises(DataError, match=r"input path .*nowhere does not exist"):
         pipeline().source(files(tmp_path / "nowhere")).to_arrow()
 
 
@@ -244,5 +243,5 @@ def mixed_pandas(batch: KeyedBatch, state: KeyedState) -> pd.DataFrame:
 @pytest.mark.jvm
 def test_pandas_result_arrow_cannot_convert(with_nulls: Path) -> None:
     stream = pipeline(**{"pipeline.null-keys": "drop"}).source(files(with_nulls)).key_by("user")
-    with pytest.raises(PipelineError, match=r"process 'mixed_pandas' returned a pandas DataFrame Arrow cannot convert"):
+    with pytest.raises(DataError, match=r"process 'mixed_pandas' returned a pandas DataFrame Arrow cannot convert"):
         stream.process(mixed_pandas, schema="user string").to_arrow()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from keyflow import Pipeline, Stream, console, datagen, parquet, random_float, sequence, zipf
-from keyflow.errors import PlanError
+from keyflow.errors import PlanError, RestoreError
 from keyflow.plan.graph import JobGraph, Partitioner
 
 
@@ -128,7 +128,7 @@ def test_restore_refuses_another_key_hash() -> None:
     p = Pipeline(parallelism=2)
     p.source(datagen(rows=10, fields={"k": sequence()})).key_by("k").aggregate(n="count(*)").sink(console())
     saved = p.plan()
-    with pytest.raises(PlanError, match=r"written with key hash 'flink', this pipeline uses 'spark'.*same hash"):
+    with pytest.raises(RestoreError, match=r"written with key hash 'flink', this pipeline uses 'spark'.*same hash"):
         check_restorable(dataclasses.replace(saved, key_hash="flink"), saved, None, False, "ckpt")
 
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from keyflow import Log, Pipeline, ValueState, datagen, files, log, parquet, random_int, sequence
 from keyflow.cli.app import app
-from keyflow.errors import PlanError
+from keyflow.errors import PlanError, RestoreError
 from keyflow.plan.aggregates import mergeable, parse_aggregations, retractable
 from keyflow.plan.graph import JobGraph
 from keyflow.plan.restore import check_restorable
@@ -170,14 +170,14 @@ def test_restore_errors_name_what_changed_in_the_users_words(tmp_path: Path) -> 
     Log.create(tmp_path / "log", 3, EVENTS)
     saved = _keyed_by("user", tmp_path).compile().graph
     with pytest.raises(
-        PlanError,
+        RestoreError,
         match=r"operator 'per_user' \(uid 'per_user\[seq\]'\) cannot restore its state from checkpoint ckpt: it is "
         r"now keyed by \['seq'\], the checkpoint's state by \['user'\]\. Change it back, or start with a new "
         r"checkpoint directory",
     ):
         check_restorable(saved, _keyed_by("seq", tmp_path).compile().graph, None, False, "ckpt")
     with pytest.raises(
-        PlanError,
+        RestoreError,
         match=r"it now keeps \{'k': 'count\(distinct total\)'\}, the checkpoint \{'k': 'sum\(total\)'\}; it now keeps "
         r"its state as retractable values, the checkpoint as running partials\.",
     ):
@@ -197,7 +197,7 @@ def test_a_new_operator_beside_the_one_that_keeps_its_state_has_no_state(tmp_pat
         return p
 
     saved = pipeline("user").compile().graph
-    with pytest.raises(PlanError, match=r"operator 'per_key' \(uid 'per_key\[seq\]'\) has no state in checkpoint"):
+    with pytest.raises(RestoreError, match=r"operator 'per_key' \(uid 'per_key\[seq\]'\) has no state in checkpoint"):
         check_restorable(saved, pipeline("user", "seq").compile().graph, None, False, "ckpt")
 
 

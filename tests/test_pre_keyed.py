@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from keyflow import KeyedBatch, KeyedState, Log, Pipeline, parquet
 from keyflow.cli.app import app
 from keyflow.connectors.streams import log
-from keyflow.errors import PipelineError, PlanError
+from keyflow.errors import DataError, PipelineError, PlanError, RestoreError
 from keyflow.keygroups import key_group_range, split_key_groups
 from keyflow.runtime.metrics import ShuffleMeter
 from keyflow.runtime.session import spark_session
@@ -280,7 +280,7 @@ def test_a_key_in_two_splits_stops_the_job_before_the_batch_commits(tmp_path: Pa
     moved = pd.DataFrame({"user": ["u7"], "amount": [1], "seq": [5_000]})
     append_to_split(tmp_path / "log", moved, (split_of["u7"] + 1) % 4)
     with pytest.raises(
-        PipelineError,
+        DataError,
         match=rf"source 'source: log' is read as pre-keyed by \['user'\], but key \{{'user': 'u7'\}} in splits "
         rf"{split_of['u7']} and {(split_of['u7'] + 1) % 4} \(micro-batch 1\): a key must be in exactly one split.*"
         r"Nothing of it was committed.*key_by\('user'\) instead of reinterpret_as_keyed",
@@ -296,7 +296,7 @@ def test_a_new_key_in_two_splits_of_one_batch_is_caught(tmp_path: Path) -> None:
     Log.create(tmp_path / "log", 3, EVENTS)
     append_to_split(tmp_path / "log", rows, 0)
     append_to_split(tmp_path / "log", rows.iloc[:1].assign(seq=2), 2)
-    with pytest.raises(PipelineError, match=r"key \{'user': 'x'\} in splits 0 and 2 \(micro-batch 0\)"):
+    with pytest.raises(DataError, match=r"key \{'user': 'x'\} in splits 0 and 2 \(micro-batch 0\)"):
         pre_keyed_pipeline(tmp_path, 2).run(str(tmp_path / "ckpt"), available_now=True)
     assert Checkpoint(str(tmp_path / "ckpt")).versions() == []
 
@@ -507,7 +507,7 @@ def test_switching_between_key_by_and_pre_keyed_on_a_checkpoint_is_refused(tmp_p
     keyed.process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq").sink(parquet(str(tmp_path / "a")))
     keyed.aggregate(n="count(*)", amount="sum(amount)").sink(parquet(str(tmp_path / "b")))
     with pytest.raises(
-        PlanError,
+        RestoreError,
         match=r"operator 'running_total' .*: it now takes its key groups from the key hash, the checkpoint from a "
         r"pre-keyed source's splits\. Change it back",
     ):

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 
 from keyflow import Pipeline, console, datagen, sequence
-from keyflow.errors import KeyflowError, PlanError
+from keyflow.errors import CheckpointError, KeyflowError, PlanError
 from keyflow.keygroups import key_group_range
 from keyflow.schemas import ColumnsDifferError, TypesDifferError, conform_to
 from keyflow.state.assignment import StateFile, compacting_subtasks, delta_depth, files_to_read, needed_files
-from keyflow.state.checkpoint import Checkpoint, CheckpointError, operator_dir
+from keyflow.state.checkpoint import Checkpoint, operator_dir
 from keyflow.state.keyed import key_boundaries
 from keyflow.state.plan_file import PlanFile, read_plan_file, write_plan_file
 

@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keyflow import ValueState
+from keyflow.errors import CheckpointError, DamagedFileError
 from keyflow.keygroups import assign_to_key_groups, key_group_range
 from keyflow.state.assignment import delta_depth, needed_files
-from keyflow.state.checkpoint import Checkpoint, CheckpointError, DamagedFileError, Manifest, restore, write_state_file
+from keyflow.state.checkpoint import Checkpoint, Manifest, restore, write_state_file
 from keyflow.state.durable import CheckpointedState
 from keyflow.state.integrity import retain, verify
 from keyflow.state.memory import KeyedStateStore, KeyIndex

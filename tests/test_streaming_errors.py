@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from keyflow import KeyflowError, Pipeline, PlanError, datagen, files, log, parquet, random_int
+from keyflow.errors import CheckpointError, RestoreError
 from tests.streams import (
     TOTAL_SCHEMA,
     TOTAL_STATE,
@@ -40,7 +41,9 @@ def checkpointed(spark, tmp_path: Path) -> Path:
 @pytest.mark.jvm
 def test_other_max_parallelism_is_refused(checkpointed: Path) -> None:
     pipeline = totals(checkpointed, **{"pipeline.max-parallelism": 128})
-    with pytest.raises(PlanError, match=r"pipeline.max-parallelism=128 .* holds state in 64 key groups.* set it to 64"):
+    with pytest.raises(
+        RestoreError, match=r"pipeline.max-parallelism=128 .* holds state in 64 key groups.* set it to 64"
+    ):
         pipeline.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
 
 
@@ -53,7 +56,7 @@ def test_unset_max_parallelism_is_read_from_the_checkpoint(checkpointed: Path) -
 
 @pytest.mark.jvm
 def test_checkpoint_of_another_pipeline_is_refused(checkpointed: Path) -> None:
-    with pytest.raises(PlanError, match=r"belongs to pipeline 'keyflow', not 'other'; use another checkpoint"):
+    with pytest.raises(RestoreError, match=r"belongs to pipeline 'keyflow', not 'other'; use another checkpoint"):
         totals(checkpointed, "other").run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
 
 
@@ -63,13 +66,13 @@ def test_missing_and_unknown_operators(checkpointed: Path) -> None:
     changed.source(log(str(checkpointed / "log"))).select("user", "amount").key_by("user").aggregate(
         total="sum(amount)"
     ).sink(parquet(checkpointed / "out2"))
-    with pytest.raises(PlanError, match=r"has no state in checkpoint .* another pipeline\? Start with a new"):
+    with pytest.raises(RestoreError, match=r"has no state in checkpoint .* another pipeline\? Start with a new"):
         changed.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
 
     stateless = Pipeline(config=config(2, **{"pipeline.max-parallelism": 64}))
     stateless.source(log(str(checkpointed / "log"))).sink(parquet(checkpointed / "out3"))
     unclaimed = r"holds state of 'running_total' \(uid 'running_total\[user\]', process\).*ignore-unclaimed-state"
-    with pytest.raises(PlanError, match=unclaimed):
+    with pytest.raises(RestoreError, match=unclaimed):
         stateless.run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
     dropping = Pipeline(config=config(2, **{"execution.state-recovery.ignore-unclaimed-state": "true"}))
     dropping.source(log(str(checkpointed / "log"))).sink(parquet(checkpointed / "out3"))
@@ -85,7 +88,7 @@ def test_changed_state_declaration_is_refused(checkpointed: Path) -> None:
         running_total, TOTAL_SCHEMA, state={"total": ValueState("float64")}, order_by="seq"
     ).sink(parquet(checkpointed / "out"))
     with pytest.raises(
-        PlanError,
+        RestoreError,
         match=r"cannot restore its state from checkpoint .*: it now keeps \{'total': 'double'\}, the checkpoint "
         r"\{'total': 'int64'\}\. Change it back",
     ):
@@ -126,7 +129,9 @@ def test_a_first_run_that_failed_before_its_first_commit_never_blocks_the_correc
 def test_deleted_manifests_are_detected(checkpointed: Path) -> None:
     for manifest in (checkpointed / "ckpt" / "manifests").glob("*.json"):
         manifest.unlink()
-    with pytest.raises(PlanError, match=r"source has consumed batch \d+ but the newest state manifest is version -1"):
+    with pytest.raises(
+        RestoreError, match=r"source has consumed batch \d+ but the newest state manifest is version -1"
+    ):
         totals(checkpointed).run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
 
 
@@ -135,7 +140,7 @@ def test_non_checkpoint_directory_and_missing_checkpoint(spark, tmp_path: Path) 
     append(tmp_path / "log", events(10, 2, start=0, seed=1))
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
-    with pytest.raises(PlanError, match=r"busy is not empty and has no keyflow plan.json"):
+    with pytest.raises(CheckpointError, match=r"busy is not empty and has no keyflow plan.json"):
         totals(tmp_path).run(checkpoint=str(tmp_path / "busy"), available_now=True)
     with pytest.raises(PlanError, match=r"unbounded source, so it needs a checkpoint directory"):
         totals(tmp_path).run()
@@ -190,7 +195,7 @@ def test_lost_source_checkpoint_is_detected(checkpointed: Path) -> None:
 
     shutil.rmtree(checkpointed / "ckpt" / "source")
     append(checkpointed / "log", events(50, 20, start=300, seed=7))
-    with pytest.raises(PlanError, match=r"state is at micro-batch \d+ but Spark.s source checkpoint .* deleted"):
+    with pytest.raises(RestoreError, match=r"state is at micro-batch \d+ but Spark.s source checkpoint .* deleted"):
         totals(checkpointed).run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
 
 
@@ -209,7 +214,7 @@ def test_inferred_source_schema_is_fixed_by_the_first_run(spark, tmp_path: Path)
 
     run()
     pd.DataFrame({"k": ["b"], "n": [1.5]}).to_json(incoming / "b.json", orient="records", lines=True)
-    with pytest.raises(PlanError, match=r"now reads struct<k:string,n:double> but .* started with .*n:bigint"):
+    with pytest.raises(RestoreError, match=r"now reads struct<k:string,n:double> but .* started with .*n:bigint"):
         run()
 
 
@@ -265,7 +270,7 @@ def test_two_jobs_on_one_checkpoint_are_refused(spark, tmp_path: Path) -> None:
     append(tmp_path / "log", events(100, 10, start=0, seed=1))
     first = totals(tmp_path).start(checkpoint=str(tmp_path / "ckpt"))
     try:
-        with pytest.raises(PlanError, match=r"ckpt is in use by another running job; stop it first"):
+        with pytest.raises(CheckpointError, match=r"ckpt is in use by another running job; stop it first"):
             totals(tmp_path).start(checkpoint=str(tmp_path / "ckpt"))
     finally:
         first.stop()
@@ -327,7 +332,7 @@ def test_committed_output_of_a_removed_sink_is_not_lost(tmp_path: Path) -> None:
     moves = [[str(staged), str(tmp_path / "old" / "part-b0000000003-00000.parquet")]]
     manifest = Manifest(3, 2, 64, {}, [{"uid": f"sink: {tmp_path / 'old'}", "moves": moves}])
     with pytest.raises(
-        PlanError, match=r"version 3 holds committed output of sink uid 'sink: .*old'.*run the pipeline"
+        RestoreError, match=r"version 3 holds committed output of sink uid 'sink: .*old'.*run the pipeline"
     ):
         publish(pipeline.compile(), manifest)
     staged.unlink()  # once moved into place (by the old pipeline), the new one restores fine

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from keyflow import KeyflowError, Log, Pipeline, PlanError, datagen, files, log, parquet, random_float, random_int
+from keyflow.errors import RestoreError
 from keyflow.state.checkpoint import Checkpoint
 from tests.streams import EVENTS, TOTAL_SCHEMA, TOTAL_STATE, append, config, events, expected_totals, read_output
 
@@ -125,7 +126,7 @@ def test_changed_key_type_is_refused(spark, tmp_path: Path) -> None:
 
     pipeline("user").run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
     append(tmp_path / "log", events(10, 10, start=200, seed=3))
-    with pytest.raises(PlanError, match=r"key columns are now \{'k': 'binary'\} but .* keyed by \{'k': 'string'\}"):
+    with pytest.raises(RestoreError, match=r"key columns are now \{'k': 'binary'\} but .* keyed by \{'k': 'string'\}"):
         pipeline("cast(user as binary)").run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
 
 

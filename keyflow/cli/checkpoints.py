@@ -54,7 +54,7 @@ def checkpoints(
 
 
 def _not_a_checkpoint_unless_one(checkpoint: Checkpoint) -> None:
-    from keyflow.state.checkpoint import CheckpointError
+    from keyflow.errors import CheckpointError
     from keyflow.state.plan_file import PLAN_FILE
 
     if not checkpoint.exists(PLAN_FILE) and not checkpoint.versions():
@@ -123,9 +123,9 @@ def _rollback(checkpoint: Checkpoint, version: int, apply: bool, as_json: bool) 
 
 
 def _describe(checkpoint: Checkpoint, as_json: bool) -> None:
-    from keyflow.state.checkpoint import DamagedFileError
+    from keyflow.errors import DamagedCheckpointError, DamagedFileError
     from keyflow.state.inspect import describe_checkpoint
-    from keyflow.state.integrity import DamagedCheckpointError, verify
+    from keyflow.state.integrity import verify
 
     try:
         described = describe_checkpoint(checkpoint)

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from keyflow.connectors.base import Moves
-from keyflow.errors import PipelineError, PlanError
+from keyflow.errors import DataError, PlanError
 from keyflow.paths import absolute, exists, filesystem, is_uri
 
 FORMATS = ("parquet", "json", "csv")
@@ -45,7 +45,7 @@ class FileSource:
 
     def read(self, spark: SparkSession, parallelism: int) -> DataFrame:
         if not _exists(self.path):
-            raise PipelineError(f"input path {self.path} does not exist; check the path given to files(...)")
+            raise DataError(f"input path {self.path} does not exist; check the path given to files(...)")
         reader = spark.read.format(self.format).options(**self.options)
         if self.schema:
             reader = reader.schema(self.schema)
@@ -60,7 +60,7 @@ class FileSource:
             files, root = filesystem(absolute(self.path))
             found = files.get_file_info(fs.FileSelector(root, allow_not_found=True))
             if not any(info.base_name[:1] not in "_." for info in found):
-                raise PipelineError(
+                raise DataError(
                     f"watched directory {self.path} has no files to take the schema from; "
                     "pass files(..., schema='col type, ...')"
                 )

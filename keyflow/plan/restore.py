@@ -7,7 +7,7 @@ keyed operator (by uid, see ``keyflow.plan.uids``) owns which state.
 
 from __future__ import annotations
 
-from keyflow.errors import PlanError
+from keyflow.errors import RestoreError
 from keyflow.plan.graph import JobGraph, Operator
 
 
@@ -18,22 +18,22 @@ def check_restorable(
     ignore_unclaimed_state: bool,
     checkpoint: str,
 ) -> list[str]:
-    """Raise a PlanError with the fix if ``current`` cannot take over ``saved``'s state;
+    """Raise a RestoreError with the fix if ``current`` cannot take over ``saved``'s state;
     return the uids of saved operators whose state is dropped (only when allowed)."""
     before, now = saved.keyed_operators(), current.keyed_operators()
     if saved.name != current.name:
-        raise PlanError(
+        raise RestoreError(
             f"checkpoint {checkpoint} belongs to pipeline {saved.name!r}, not {current.name!r}; "
             "use another checkpoint directory for this pipeline"
         )
     if configured_max_parallelism is not None and configured_max_parallelism != saved.max_parallelism:
-        raise PlanError(
+        raise RestoreError(
             f"pipeline.max-parallelism={configured_max_parallelism} but checkpoint {checkpoint} holds state in "
             f"{saved.max_parallelism} key groups, which cannot change; remove the setting or set it to "
             f"{saved.max_parallelism}"
         )
     if saved.key_hash != current.key_hash:
-        raise PlanError(
+        raise RestoreError(
             f"checkpoint {checkpoint} was written with key hash {saved.key_hash!r}, this pipeline uses "
             f"{current.key_hash!r}; keys would land in other key groups; restore with the same hash"
         )
@@ -41,19 +41,19 @@ def check_restorable(
         saved_as = before.get(uid) or _same_name({u: op for u, op in before.items() if u not in now}, operator)
         changes = [] if saved_as is None else _changes(saved_as, operator)
         if changes:
-            raise PlanError(
+            raise RestoreError(
                 f"operator {operator.name!r} (uid {uid!r}) cannot restore its state from checkpoint {checkpoint}: "
                 f"{'; '.join(changes)}. Change it back, or start with a new checkpoint directory (the state is lost)"
             )
         if uid not in before:
-            raise PlanError(
+            raise RestoreError(
                 f"operator {operator.name!r} (uid {uid!r}) has no state in checkpoint {checkpoint}, which holds "
                 f"{_described(before)}; is this the checkpoint of another pipeline? Start with a new checkpoint "
                 "directory, or, if the operator was renamed, give it its old uid with .uid(...)"
             )
     unclaimed = sorted(set(before) - set(now))
     if unclaimed and not ignore_unclaimed_state:
-        raise PlanError(
+        raise RestoreError(
             f"checkpoint {checkpoint} holds state of {_described({u: before[u] for u in unclaimed})} which this "
             "pipeline does not have; to drop that state set execution.state-recovery.ignore-unclaimed-state=true"
         )

@@ -18,7 +18,7 @@ from typing import Any
 from pyspark import SparkContext
 
 from keyflow.config import Config
-from keyflow.errors import PlanError
+from keyflow.errors import EngineError
 from keyflow.scheduler.adaptive import AdaptiveScheduler, SchedulerConfig, State
 from keyflow.scheduler.timeline import LOG_FILE, decision_record, resources_record, start_record
 from keyflow.state.checkpoint import Checkpoint
@@ -98,7 +98,7 @@ class Autoscaler:
                 except Exception as error:  # one bad read must not end the polling
                     errors += 1
                     if errors >= FAILED_POLLS:
-                        on_failure(PlanError(f"the adaptive scheduler cannot read Spark's executors: {error}"))
+                        on_failure(EngineError(f"the adaptive scheduler cannot read Spark's executors: {error}"))
                         return
                     continue
                 if state is State.FINISHED:
@@ -145,7 +145,7 @@ class Autoscaler:
 
     def failure(self) -> Exception:
         timeout = self.scheduler.config.resource_wait_timeout
-        return PlanError(
+        return EngineError(
             f"the adaptive scheduler had no executor cores when the resource-wait-timeout ({timeout:g} s, "
             "jobmanager.adaptive-scheduler.resource-wait-timeout) ran out; the job stopped with its last checkpoint "
             "intact. Check that the cluster has workers and restart, or raise the timeout"

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from keyflow.config import AUTO_PARALLELISM, ConfigError
-from keyflow.errors import KeyflowError
+from keyflow.config import AUTO_PARALLELISM
+from keyflow.errors import ConfigError, KeyflowError
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import JobGraph
 from keyflow.plan.nodes import sink_target

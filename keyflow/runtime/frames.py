@@ -14,7 +14,7 @@ import pyarrow as pa
 from pyspark import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 
-from keyflow.errors import PipelineError, PlanError
+from keyflow.errors import DataError, NullKeysError, PlanError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan
@@ -24,7 +24,6 @@ from keyflow.runtime.adaptive_exchange import StageReport, adaptive_keyed_exchan
 from keyflow.runtime.errors import guarded
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition, rebalance
 from keyflow.runtime.operators import (
-    NULL_KEY_MARKER,
     AdaptiveExchange,
     KeyGroupRanges,
     apply_stateless,
@@ -206,19 +205,16 @@ class FrameBuilder:
     def guarded(self, action: Callable[[], T], node: nodes.Node) -> T:
         """Run a Spark action for ``node``; its failure becomes one clear keyflow error."""
         try:
-            return guarded(action, f"while running {node.name!r}", (NULL_KEY_MARKER,))
-        except PipelineError as error:
-            if not str(error).startswith(NULL_KEY_MARKER):
-                raise
-            node_id = int(str(error).split(NULL_KEY_MARKER, 1)[1].split()[0].strip("'\"."))
-            raise self._null_key_error(node_id) from None
+            return guarded(action, f"while running {node.name!r}")
+        except NullKeysError as error:
+            raise self._null_key_error(error.node) from None
 
-    def _null_key_error(self, node_id: int) -> PipelineError:
+    def _null_key_error(self, node_id: int) -> DataError:
         node, upstream = self.plan.nodes[node_id], self._keyed_inputs[node_id]
         assert isinstance(node, nodes.KeyedNode)
         count = upstream.filter(null_key_condition(node.keys)).count()
         total = upstream.count()
-        return PipelineError(
+        return DataError(
             f"operator {node.name!r}: {count} of {total} rows have a null in key column(s) {list(node.keys)}; "
             "filter them out first, set pipeline.null-keys=drop, or keep them with "
             "key_by(..., on_null=parquet('out/dead_letters'))"

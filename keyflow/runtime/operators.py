@@ -19,7 +19,6 @@ from keyflow.plan.columns import missing_key_message
 from keyflow.runtime.errors import first_line
 from keyflow.runtime.workers import BatchMapper, conform
 
-NULL_KEY_MARKER = "[keyflow-null-keys]"
 KeyGroupRanges = tuple[tuple[int, int], ...]  # each subtask's inclusive key-group range
 # (rows, keep the key-group column, null-key failure message) -> (exchanged rows, ranges)
 AdaptiveExchange = Callable[[DataFrame, bool, str | None], tuple[DataFrame, KeyGroupRanges]]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from keyflow.config import ConfigError
+from keyflow.errors import ConfigError
 from keyflow.runtime.errors import first_line
 from keyflow.runtime.java import JavaNotFoundError, require_java
 

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from keyflow.changelog import DELETED, OFFSET, OP, RETRACTIONS, UPDATE_BEFORE
-from keyflow.errors import PlanError
+from keyflow.errors import NullKeysError, PlanError, encode
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import physical
 from keyflow.plan.columns import missing_order_by_message
@@ -32,7 +32,6 @@ from keyflow.runtime.errors import first_line
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
 from keyflow.runtime.keygroups import key_group_column
 from keyflow.runtime.operators import (
-    NULL_KEY_MARKER,
     AdaptiveExchange,
     KeyGroupRanges,
     arrow_schema,
@@ -74,7 +73,7 @@ class KeyedContext:
         """Rows routed to the subtask owning their key group (a reinterpreted operator's are
         there already: they only get their key group, which the worker checks)."""
         node = self.node
-        fail_message = f"{NULL_KEY_MARKER} {node.id}" if self.null_keys == "fail" else None
+        fail_message = encode(NullKeysError(node.id)) if self.null_keys == "fail" else None
         if self.null_keys == "drop":
             rows = rows.filter(~null_key_condition(node.keys))
         if node.reinterpreted:

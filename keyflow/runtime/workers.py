@@ -1,7 +1,7 @@
 """Code that runs inside Spark's Python workers, over Arrow record batches.
 
-Both runners are pickled to the workers by ``mapInArrow``. Every failure is re-raised with
-``WORKER_ERROR_MARKER`` and the operator's name so the driver can show one clear line.
+Both runners are pickled to the workers by ``mapInArrow``. Every failure is re-raised as a
+``WorkerError`` (a keyflow error naming the operator, encoded) so the driver rebuilds it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy.typing as npt
 import pyarrow as pa
 from pyspark import Broadcast, TaskContext
 
-from keyflow.errors import WORKER_ERROR_MARKER
+from keyflow.errors import DataError, PipelineError, WorkerError
 from keyflow.keygroups import KEY_GROUP_COLUMN, key_group_range
 from keyflow.plan.descriptors import ListState, MapState, StateDescriptor
 from keyflow.runtime.aggregates import RunningAggregate
@@ -23,10 +23,6 @@ from keyflow.schemas import ColumnsDifferError, TypesDifferError, conform_to
 from keyflow.state.durable import CheckpointedState, MemoryState
 from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView, key_boundaries
 from keyflow.state.splits import PREVIOUS_KEY_GROUP
-
-
-class WorkerError(RuntimeError):
-    pass
 
 
 def conform(result: Any, schema: pa.Schema, operator: str) -> pa.Table:
@@ -40,26 +36,33 @@ def conform(result: Any, schema: pa.Schema, operator: str) -> pa.Table:
             table = pa.Table.from_pandas(result, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
             raise WorkerError(
-                f"{WORKER_ERROR_MARKER}{operator} returned a pandas DataFrame Arrow cannot convert ({error}); "
-                "give each column one type"
+                DataError(
+                    f"{operator} returned a pandas DataFrame Arrow cannot convert ({error}); give each column one type"
+                )
             ) from None
     else:
         raise WorkerError(
-            f"{WORKER_ERROR_MARKER}{operator} returned {type(result).__name__}; "
-            "return a pyarrow.Table, pyarrow.RecordBatch or pandas.DataFrame"
+            DataError(
+                f"{operator} returned {type(result).__name__}; "
+                "return a pyarrow.Table, pyarrow.RecordBatch or pandas.DataFrame"
+            )
         )
     try:
         return conform_to(table, schema)
     except ColumnsDifferError:
         raise WorkerError(
-            f"{WORKER_ERROR_MARKER}{operator} returned columns {table.column_names} but its schema declares "
-            f"{schema.names}; return exactly the declared columns or change the schema"
+            DataError(
+                f"{operator} returned columns {table.column_names} but its schema declares "
+                f"{schema.names}; return exactly the declared columns or change the schema"
+            )
         ) from None
     except TypesDifferError as error:
         returned = ", ".join(f"{f.name} {f.type}" for f in table.schema)
         raise WorkerError(
-            f"{WORKER_ERROR_MARKER}{operator} returned ({returned}) which does not fit its schema "
-            f"({', '.join(f'{f.name} {f.type}' for f in schema)}): {error}"
+            DataError(
+                f"{operator} returned ({returned}) which does not fit its schema "
+                f"({', '.join(f'{f.name} {f.type}' for f in schema)}): {error}"
+            )
         ) from None
 
 
@@ -158,7 +161,7 @@ class ProcessRunner:
         key_groups = table.column(KEY_GROUP_COLUMN).to_numpy().astype(np.int32)
         first, last = self._range
         if self.verify and (key_groups.min() < first or key_groups.max() > last):
-            raise WorkerError(f"{WORKER_ERROR_MARKER}{self._outside_range(table, key_groups, first, last)}")
+            raise WorkerError(DataError(self._outside_range(table, key_groups, first, last)))
         rows = table.drop_columns([KEY_GROUP_COLUMN])
         if self.unique_keys:
             keyed = _one_row_per_key(rows, self.keys, key_groups, self._subtask)
@@ -236,4 +239,4 @@ def _call_user(function: Callable[..., Any], operator: str, *arguments: Any) -> 
     except WorkerError:
         raise
     except Exception as error:
-        raise WorkerError(f"{WORKER_ERROR_MARKER}{operator} raised {type(error).__name__}: {error}") from error
+        raise WorkerError(PipelineError(f"{operator} raised {type(error).__name__}: {error}")) from error

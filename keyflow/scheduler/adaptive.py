@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from keyflow.config import ALIASES, FLINK_2_ONLY, OPTIONS, ConfigError, parse_duration, unknown_key_message
+from keyflow.config import ALIASES, FLINK_2_ONLY, OPTIONS, parse_duration, unknown_key_message
+from keyflow.errors import ConfigError
 
 Clock = Callable[[], float]
 

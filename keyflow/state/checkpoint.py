@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs
 
-from keyflow.errors import KeyflowError
+from keyflow.errors import CheckpointError, DamagedFileError, KeyflowError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.paths import absolute, exists, filesystem, lock_file, write_atomically
 from keyflow.state.assignment import StateFile, base_versions, files_to_read
@@ -106,21 +106,6 @@ class Manifest:
         if relative != manifest_path(manifest.version):
             raise DamagedFileError(relative, f"holds version {manifest.version}: it was copied or renamed")
         return manifest
-
-
-class CheckpointError(KeyflowError):
-    """A checkpoint that cannot be used as it is (the runtime adds the fix)."""
-
-
-class DamagedFileError(CheckpointError):
-    """A checkpoint file that is not what was committed: ``file`` (relative to the checkpoint)
-    ``problem`` (e.g. "is missing")."""
-
-    MARKER = "damaged checkpoint file "  # how a worker's report of one is told from other errors
-
-    def __init__(self, file: str, problem: str) -> None:
-        super().__init__(f"{self.MARKER}{file} {problem}")
-        self.file, self.problem = file, problem
 
 
 def manifest_path(version: int) -> str:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from keyflow.errors import WORKER_ERROR_MARKER
+from keyflow.errors import DamagedFileError, EngineError, WorkerError
 from keyflow.plan.descriptors import StateDescriptor
 from keyflow.state.assignment import StateFile, can_catch_up
-from keyflow.state.checkpoint import Checkpoint, DamagedFileError, restore, write_key_report, write_state_file
+from keyflow.state.checkpoint import Checkpoint, restore, write_key_report, write_state_file
 from keyflow.state.memory import KeyedStateStore
 from keyflow.state.plan_file import PLAN_FILE
 
@@ -57,15 +57,17 @@ class CheckpointedState:
         try:
             return self._restore(descriptors, first, last)
         except DamagedFileError as error:  # the driver names the newest intact version and the fix
-            raise RuntimeError(f"{WORKER_ERROR_MARKER}{error}") from None
+            raise WorkerError(error) from None
 
     def _restore(self, descriptors: dict[str, StateDescriptor], first: int, last: int) -> KeyedStateStore:
         cached = _CACHE.take((self.checkpoint_id, self.uid), self.run_id, first, last)
         checkpoint = Checkpoint(self.checkpoint_uri)
         if not checkpoint.exists(PLAN_FILE):
-            raise RuntimeError(
-                f"{WORKER_ERROR_MARKER}checkpoint {self.checkpoint_uri} is not visible from Spark's workers; on a "
-                "cluster put checkpoints on storage every executor reaches (a shared filesystem, HDFS, S3)"
+            raise WorkerError(
+                EngineError(
+                    f"checkpoint {self.checkpoint_uri} is not visible from Spark's workers; on a cluster put "
+                    "checkpoints on storage every executor reaches (a shared filesystem, HDFS, S3)"
+                )
             )
         files = list(self.files)
         store = KeyedStateStore(descriptors)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from keyflow.errors import PlanError
+from keyflow.errors import CheckpointError, DamagedFileError
 from keyflow.scheduler.timeline import LOG_FILE
-from keyflow.state.checkpoint import Checkpoint, CheckpointError, DamagedFileError
+from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.plan_file import PLAN_FILE, read_plan_file
 
 
@@ -62,7 +62,7 @@ def scheduler_log(checkpoint: Checkpoint) -> list[dict[str, Any]]:
     if not checkpoint.exists(PLAN_FILE):
         raise _not_a_checkpoint(checkpoint)
     if not checkpoint.exists(LOG_FILE):
-        raise PlanError(
+        raise CheckpointError(
             f"{checkpoint.uri} has no {LOG_FILE}: no run on this checkpoint used the adaptive scheduler "
             "(run with --conf jobmanager.scheduler=adaptive)"
         )

@@ -16,20 +16,17 @@ rolls back to it (``keyflow.state.rollback``); retention never deletes that vers
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from pyarrow import fs
 
-from keyflow.errors import KeyflowError
+from keyflow.errors import DamagedCheckpointError, DamagedFileError, KeyflowError
 from keyflow.state.checkpoint import (
     ALTERED,
     ROLLBACK_FILE,
     Checkpoint,
-    CheckpointError,
-    DamagedFileError,
     Manifest,
     manifest_path,
     truncated,
@@ -37,10 +34,6 @@ from keyflow.state.checkpoint import (
 )
 from keyflow.state.plan_file import PLAN_FILE, PlanFile, read_plan_file
 from keyflow.state.seal import as_json, checksum
-
-
-class DamagedCheckpointError(CheckpointError):
-    """A damaged checkpoint; the message names the file, the damage and the fix."""
 
 
 @dataclass(frozen=True)
@@ -225,21 +218,12 @@ def check_before_restore(checkpoint: Checkpoint) -> None:
         raise DamagedCheckpointError(error)
 
 
-def damaged_while_reading(checkpoint: Checkpoint, file: str, problem: str) -> str:
-    """The message for a file a worker found damaged: with the newest version not needing it."""
-    verification = verify(checkpoint, every_version=False, bad_file=file)
+def damaged_while_reading(checkpoint: Checkpoint, damage: DamagedFileError) -> DamagedCheckpointError:
+    """The error for a file a run found damaged: with the newest version not needing it."""
+    verification = verify(checkpoint, every_version=False, bad_file=damage.file)
     versions = [check.version for check in verification.versions]
     newest = versions[0] if versions else None
-    return damage_message(checkpoint, DamagedFileError(file, problem), newest, verification.newest_intact)
-
-
-_DAMAGED = re.compile(re.escape(DamagedFileError.MARKER) + r"(\S+) (.+?)$", re.MULTILINE)
-
-
-def found_damaged(message: str) -> tuple[str, str] | None:
-    """The file and problem of a DamagedFileError's message (e.g. as a worker's error), if it is one."""
-    found = _DAMAGED.search(message)
-    return (found.group(1), found.group(2)) if found else None
+    return DamagedCheckpointError(damage_message(checkpoint, damage, newest, verification.newest_intact))
 
 
 def _manifest_ids(checkpoint: Checkpoint, versions: list[int]) -> dict[int, str]:

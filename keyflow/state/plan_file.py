@@ -11,9 +11,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from keyflow.errors import KeyflowError
+from keyflow.errors import DamagedFileError, KeyflowError
 from keyflow.plan.graph import JobGraph
-from keyflow.state.checkpoint import Checkpoint, DamagedFileError
+from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.seal import UnsealedError, seal, unseal
 
 PLAN_FILE = "plan.json"

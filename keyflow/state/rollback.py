@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from keyflow.errors import CheckpointError
 from keyflow.paths import exists, filesystem
-from keyflow.state.checkpoint import ROLLBACK_FILE, SOURCE_DIR, Checkpoint, CheckpointError, manifest_path
+from keyflow.state.checkpoint import ROLLBACK_FILE, SOURCE_DIR, Checkpoint, manifest_path
 from keyflow.state.integrity import check_version, state_sizes, verify
 from keyflow.state.plan_file import PLAN_FILE, PlanFile, write_plan_file
 

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from keyflow.connectors.base import StreamingSink
-from keyflow.errors import PlanError
+from keyflow.errors import RestoreError
 from keyflow.paths import exists, filesystem
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.nodes import Node
@@ -162,7 +162,7 @@ def publish(plan: CompiledPlan, manifest: Manifest) -> None:
     outputs = plan.outputs()
     for staged in manifest.sinks:
         if staged["uid"] not in outputs and any(exists(*filesystem(source)) for source, _ in staged["moves"]):
-            raise PlanError(
+            raise RestoreError(
                 f"checkpoint version {manifest.version} holds committed output of sink uid {staged['uid']!r} that "
                 "is not yet published, and this pipeline has no sink with that uid; run the pipeline that wrote it "
                 "once more (it publishes on start), then change the pipeline"

@@ -17,7 +17,12 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
-from keyflow.errors import KeyflowError, PipelineError, PlanError, is_positive_int
+from keyflow.errors import (
+    DamagedFileError,
+    KeyflowError,
+    PlanError,
+    is_positive_int,
+)
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.paths import unlock
 from keyflow.plan.compile import CompiledPlan
@@ -30,8 +35,8 @@ from keyflow.runtime.streaming.faults import fault
 from keyflow.runtime.streaming.prekeyed import PreKeyedSource
 from keyflow.runtime.streaming.prepare import prepare
 from keyflow.runtime.streaming.results import BatchMetrics, StreamingResult
-from keyflow.state.checkpoint import SOURCE_DIR, Checkpoint, CheckpointError, DamagedFileError
-from keyflow.state.integrity import damaged_while_reading, found_damaged
+from keyflow.state.checkpoint import SOURCE_DIR, Checkpoint
+from keyflow.state.integrity import damaged_while_reading
 from keyflow.state.rollback import forget_uncommitted
 
 
@@ -56,16 +61,13 @@ class StreamingJob:
         self.run_id = uuid.uuid4().hex
         self._source = restore.streaming_source(plan)
         self._autoscaler: Autoscaler | None = None
-        try:
-            self._held = self.checkpoint.acquire()
-        except CheckpointError as error:
-            raise PlanError(str(error)) from None
+        self._held = self.checkpoint.acquire()
         try:
             restored = restore.restore(plan, self.checkpoint)
             try:
                 self._pre_keyed = PreKeyedSource.of(restored.plan, self._source, self.checkpoint, restored.manifest)
             except DamagedFileError as damage:  # a split index whose content was altered
-                raise PlanError(damaged_while_reading(self.checkpoint, damage.file, damage.problem)) from None
+                raise damaged_while_reading(self.checkpoint, damage) from None
             self._stream = StreamState(
                 restored.plan, self.checkpoint, restored.plan_file, self.run_id, self._source.id,
                 restored.manifest, self._pre_keyed,
@@ -208,11 +210,10 @@ class StreamingJob:
     def _explain_damage(self, error: BaseException) -> None:
         """A state file a worker found damaged: name the newest intact version and the way back,
         and remove what this micro-batch wrote, so the checkpoint is as it was."""
-        damaged = found_damaged(str(error))
-        if damaged is not None:
+        if isinstance(error, DamagedFileError):
             if self.checkpoint.versions()[-1:] == [self._stream.committed]:  # nothing of this batch committed
                 forget_uncommitted(self.checkpoint, self._stream.committed)
-            self._error = PipelineError(damaged_while_reading(self.checkpoint, *damaged))
+            self._error = damaged_while_reading(self.checkpoint, error)
 
     def _batch(self, frame: DataFrame, batch: int) -> None:
         if batch <= self._stream.committed:

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from keyflow.connectors.streams import read_layout, write_layout
-from keyflow.errors import KeyflowError, PipelineError, PlanError
+from keyflow.errors import CheckpointError, DataError, KeyflowError, PlanError
 from keyflow.keygroups import split_key_groups
 from keyflow.plan.compile import CompiledPlan, pre_keyed_problem
 from keyflow.plan.nodes import KeyedNode, SourceNode
@@ -96,7 +96,9 @@ class PreKeyedSource:
         self.complete = self.complete and mode != "off"
         mapped = read_layout(self.layout)["key_groups"]  # the reader maps splits added while running
         if mapped[: len(self.mapping)] != self.mapping:
-            raise PlanError(f"{self.layout} maps splits {mapped}, not as the checkpoint {self.mapping}; was it edited?")
+            raise CheckpointError(
+                f"{self.layout} maps splits {mapped}, not as the checkpoint {self.mapping}; was it edited?"
+            )
         self.mapping = list(mapped)
         for uid, node in self.operators.items():
             reports = read_key_reports(self.checkpoint, uid, batch)
@@ -105,7 +107,7 @@ class PreKeyedSource:
             index = self.indexes[uid]
             count, examples, new = index.check(pa.concat_tables(reports, promote_options="permissive"), self.mapping)
             if count and mode == "fail":
-                raise PipelineError(
+                raise DataError(
                     self._message(node, batch, count, examples, "Nothing of it was committed. ")
                     + "; pipeline.pre-keyed.verify=warn goes on, counting such keys"
                 )

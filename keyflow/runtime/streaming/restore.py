@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pyarrow import fs
 
 from keyflow.connectors.base import StreamingSink, is_unbounded
-from keyflow.errors import PlanError
+from keyflow.errors import CheckpointError, PlanError, RestoreError
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.nodes import SourceNode
 from keyflow.plan.restore import check_restorable
 from keyflow.plan.uids import ambiguous_keyed
 from keyflow.runtime.streaming.commit import publish
-from keyflow.state.checkpoint import LOCK_FILE, SOURCE_DIR, Checkpoint, CheckpointError, Manifest
+from keyflow.state.checkpoint import LOCK_FILE, SOURCE_DIR, Checkpoint, Manifest
 from keyflow.state.integrity import check_before_restore
 from keyflow.state.plan_file import PlanFile, read_plan_file, write_plan_file
 
@@ -61,11 +61,8 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
             f"cannot tell their state apart (built in another order, they would swap state); give each one "
             ".uid('...') before running with a checkpoint"
         )
-    try:
-        check_before_restore(checkpoint)  # nothing on disk changes before this passes
-        saved = read_plan_file(checkpoint)
-    except CheckpointError as error:
-        raise PlanError(str(error)) from None
+    check_before_restore(checkpoint)  # nothing on disk changes before this passes
+    saved = read_plan_file(checkpoint)
     if saved is None:
         _check_empty(checkpoint)
         return _start(plan, checkpoint)
@@ -86,7 +83,7 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
     try:
         manifest = checkpoint.latest()
     except CheckpointError as error:
-        raise PlanError(f"{error}; restore with that keyflow version or use a new checkpoint") from None
+        raise RestoreError(f"{error}; restore with that keyflow version or use a new checkpoint") from None
     committed = manifest.version if manifest else -1
     _check_source_offsets(checkpoint, committed)
     if manifest is not None:
@@ -110,7 +107,7 @@ def _start(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
 def _check_empty(checkpoint: Checkpoint) -> None:
     selector = fs.FileSelector(checkpoint.root, allow_not_found=True)
     if any(info.base_name != LOCK_FILE for info in checkpoint.fs.get_file_info(selector)):
-        raise PlanError(
+        raise CheckpointError(
             f"{checkpoint.uri} is not empty and has no keyflow plan.json, so it is not a keyflow "
             "checkpoint; give an empty or new directory"
         )
@@ -129,13 +126,13 @@ def _check_source_offsets(checkpoint: Checkpoint, committed: int) -> None:
             if committed >= 0
             else "restore the missing manifests"
         )
-        raise PlanError(
+        raise RestoreError(
             f"checkpoint {checkpoint.uri}: the source has consumed batch {consumed} but the newest state manifest is "
             f"version {committed}; manifests were deleted. {fix[0].upper()}{fix[1:]}, or start over with a new "
             "checkpoint directory"
         )
     if planned < committed:
-        raise PlanError(
+        raise RestoreError(
             f"checkpoint {checkpoint.uri}: the state is at micro-batch {committed} but Spark's source "
             f"checkpoint ({checkpoint.path(SOURCE_DIR)}) only knows batches up to {planned}; it was "
             "deleted or replaced, and new input would be skipped. Restore it, or start over with a new "
@@ -157,7 +154,7 @@ def check_source_schema(checkpoint: Checkpoint, plan_file: PlanFile, source: Sou
     """The source's columns are fixed by the first run (an inferred schema could drift)."""
     plan_file = fixed_by_first_run(checkpoint, plan_file, source_schema=schema)
     if plan_file.source_schema != schema:
-        raise PlanError(
+        raise RestoreError(
             f"source {source.name!r} now reads {schema} but checkpoint {checkpoint.uri} was "
             f"started with {plan_file.source_schema}; give the source that schema explicitly "
             "(files(..., schema=...)) or start a new checkpoint"
@@ -174,7 +171,7 @@ def check_key_types(
     names = {uid: node.name for uid, node in plan.keyed_nodes().items()}
     for uid, types in current.items():
         if plan_file.key_types.get(uid, types) != types:
-            raise PlanError(
+            raise RestoreError(
                 f"operator {names[uid]!r}: key columns are now {types} but checkpoint "
                 f"{checkpoint.uri} holds state keyed by {plan_file.key_types[uid]}; the same keys would hash to "
                 "other key groups. Cast the keys back to those types, or start a new checkpoint"
