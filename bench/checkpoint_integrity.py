@@ -47,7 +47,7 @@ def timed(action: Callable[[], object], repeats: int = 20) -> float:
 
 def retained_bytes(checkpoint: Checkpoint) -> int:
     """Bytes a deep verify reads: every file of every retained version (once per version)."""
-    versions = [checkpoint.manifest(version) for version in checkpoint.versions()]
+    versions = [checkpoint.manifests.read(version) for version in checkpoint.manifests.versions()]
     return sum(size or 0 for manifest in versions for size, _ in manifest.needed().values())
 
 
@@ -59,7 +59,7 @@ def one_run(work: Path, args: argparse.Namespace) -> dict[str, float]:
     batches = keyflow_run(data, work / "kf", args.parallelism)
     steady = batches[1:]
     checkpoint = Checkpoint(str(work / "kf" / "ckpt"))
-    newest = checkpoint.manifest(checkpoint.versions()[-1])
+    newest = checkpoint.manifests.read(checkpoint.manifests.versions()[-1])
     written = [f for files in newest.operators.values() for f in files if f.version == newest.version]
     contents = [(Path(checkpoint.path(f.path))).read_bytes() for f in written]
     hash_rate = sum(map(len, contents)) / timed(lambda: [checksum(c) for c in contents])  # bytes/s

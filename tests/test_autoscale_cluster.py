@@ -76,7 +76,7 @@ def wait_for(what: str, found: Callable[[], Any], job: subprocess.Popen[str], ti
 
 
 def committed_parallelism(checkpoint: Path) -> int | None:
-    manifest = Checkpoint(str(checkpoint)).latest()
+    manifest = Checkpoint(str(checkpoint)).manifests.latest()
     return manifest.parallelism if manifest else None
 
 

@@ -131,7 +131,7 @@ def test_ctrl_c_stops_a_stream_cleanly(tmp_path: Path) -> None:
     assert "Traceback" not in errors
     records = [json.loads(line) for line in (checkpoint / "scheduler.jsonl").read_text().splitlines()]
     assert [r["state"] for r in records if r["kind"] == "decision"][-2:] == ["Canceling", "Finished"]
-    committed = Checkpoint(str(checkpoint)).latest()
+    committed = Checkpoint(str(checkpoint)).manifests.latest()
     assert committed is not None
     assert committed.version >= 2
     # The latest running count per user adds up to the rows Spark counted into the committed

@@ -21,10 +21,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from keyflow import KeyflowError, Pipeline, log, parquet
-from keyflow.state.checkpoint import Checkpoint, Manifest, write_state_file
+from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.integrity import retain, verify
+from keyflow.state.manifests import Manifest
 from keyflow.state.rollback import plan_rollback
 from keyflow.state.seal import UnsealedError, seal, unseal
+from keyflow.state.state_files import write_state_file
 from tests.costs import jvm_starts
 from tests.streams import (
     TOTAL_SCHEMA,
@@ -53,8 +55,8 @@ def build_checkpoint(base: Path) -> Path:
     append(base / "log", events(MORE, 100, start=FIRST, seed=2))
     totals_and_counts(base).run(checkpoint=str(base / "ckpt"), available_now=True)
     checkpoint = Checkpoint(str(base / "ckpt"))
-    assert checkpoint.versions() == [4, 5, 6]
-    needed = [(f.version, f.kind) for files in checkpoint.manifest(6).operators.values() for f in files]
+    assert checkpoint.manifests.versions() == [4, 5, 6]
+    needed = [(f.version, f.kind) for files in checkpoint.manifests.read(6).operators.values() for f in files]
     assert sorted(set(needed)) == [(5, "full"), (6, "delta")]
     return base
 
@@ -208,7 +210,7 @@ def test_rollback_then_resume_equals_pandas(case: str, other_pipeline: Path, bui
     assert all(line in listed.stdout for line in expected_lines), listed.stdout
     applied = keyflow("checkpoints", str(base / "ckpt"), "--rollback", str(intact), "--apply")
     assert applied.returncode == 0, applied.stderr
-    assert Checkpoint(str(base / "ckpt")).versions()[-1] == intact
+    assert Checkpoint(str(base / "ckpt")).manifests.versions()[-1] == intact
     aside = sorted(p.name for p in (base / "totals" / "_rolled_back").rglob("part-*")) if intact < 6 else []
     unlisted = {6} if case.startswith("manifest-") else set()  # its output is removed by the restart instead
     moved = [v for v in range(intact + 1, 7) if v not in unlisted]
@@ -239,7 +241,7 @@ def test_an_interrupted_rollback_blocks_the_start_until_it_is_finished(
     monkeypatch.setattr(checkpoint, "discard_after", crash)  # after Spark's log and the manifests went
     with pytest.raises(OSError, match="disk gone"):
         rollback.apply()
-    assert checkpoint.versions() == [4]
+    assert checkpoint.manifests.versions() == [4]
     with pytest.raises(KeyflowError, match=r"a rollback to version 4 was interrupted; finish it with 'keyflow "
                                            r"checkpoints .*ckpt --rollback 4 --apply'"):  # fmt: skip
         totals_and_counts(base).run(checkpoint=str(base / "ckpt"), available_now=True)
@@ -283,7 +285,11 @@ def test_a_checkpoint_written_before_checksums_resumes(pristine: Path, tmp_path:
     everything = pd.concat([all_input(), more], ignore_index=True)
     got = read_output(base / "totals").sort_values("seq").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected_totals(everything).reset_index(drop=True), check_dtype=False)
-    assert [Checkpoint(str(checkpoint)).manifest(v).checkpoint_id != "" for v in (5, 6, 7)] == [False, False, True]
+    assert [Checkpoint(str(checkpoint)).manifests.read(v).checkpoint_id != "" for v in (5, 6, 7)] == [
+        False,
+        False,
+        True,
+    ]
 
 
 @pytest.mark.jvm
@@ -343,7 +349,7 @@ def test_retention_keeps_the_newest_intact_version(pristine: Path, tmp_path: Pat
     os.remove(state_file(base, "aggregate", 5, "full"))  # versions 5 and 6 are damaged
     checkpoint = Checkpoint(str(base / "ckpt"))
     assert retain(checkpoint, 1) == [5]  # 6 (newest) and 4 (newest intact) are kept
-    assert checkpoint.versions() == [4, 6]
+    assert checkpoint.manifests.versions() == [4, 6]
     assert verify(checkpoint).newest_intact == 4
     assert any((base / "ckpt/state").glob("op-aggregate*/v-0000000002/full-*"))  # what version 4 needs stays
 
@@ -353,7 +359,7 @@ def test_state_files_name_their_checksum_and_a_retried_attempt_replaces_the_firs
     for values in ([1, 2], [3, 4]):  # two attempts of one subtask, different content
         data = pa.table({"__key_group": pa.array([1, 2], pa.int32()), "v": values})
         write_state_file(checkpoint, "op", 0, "delta", 0, 9, data, keys=2)
-    (only,) = checkpoint.written_files("op", 0)
+    (only,) = checkpoint.state_files.written("op", 0)
     path = tmp_path / only.path
     assert only.checksum is not None
     assert path.name.endswith(f".{only.checksum}.parquet")
@@ -377,7 +383,7 @@ def test_sealed_documents() -> None:
 
 @pytest.mark.jvm
 def test_manifests_of_the_first_format_are_still_read(pristine: Path) -> None:
-    manifest = Checkpoint(str(pristine / "ckpt")).manifest(6)
+    manifest = Checkpoint(str(pristine / "ckpt")).manifests.read(6)
     legacy = json.loads(manifest.to_json())
     legacy.pop("checksum")
     legacy["format_version"] = 1

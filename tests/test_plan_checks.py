@@ -250,7 +250,7 @@ def test_a_checkpoint_of_plan_format_version_2_restores_and_its_copies_still_mat
     assert {op.state.layout for op in saved.operators if op.state} >= {StateLayout.RUNNING, StateLayout.PARTIALS}
     assert check_restorable(saved, current, None, False, "ckpt") == []
     old = JobGraph.from_dict(_as_plan_v2(json.loads(_keyed_by("user", tmp_path).compile().graph.to_json())))
-    with pytest.raises(PlanError, match=r"it is now keyed by \['seq'\], the checkpoint's state by \['user'\]"):
+    with pytest.raises(RestoreError, match=r"it is now keyed by \['seq'\], the checkpoint's state by \['user'\]"):
         check_restorable(old, _keyed_by("seq", tmp_path).compile().graph, None, False, "ckpt")
     plan_file = PlanFile("id-1", saved)
     assert _as_read({"checkpoint_id": "id-1", "plan": v2}) == as_json(plan_file.to_dict())

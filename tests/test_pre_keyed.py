@@ -123,7 +123,7 @@ def test_each_subtask_reads_its_key_groups_splits_with_no_shuffle(tmp_path: Path
     assert meter.written() > 0
 
     seen = read_output(tmp_path / "where")
-    manifest = Checkpoint(str(tmp_path / "ckpt")).latest()
+    manifest = Checkpoint(str(tmp_path / "ckpt")).manifests.latest()
     assert manifest is not None
     mapping = manifest.pre_keyed["splits"]
     assert mapping == split_key_groups([], 7, manifest.max_parallelism)
@@ -152,7 +152,7 @@ def test_restart_at_other_parallelisms_with_splits_added_in_between(tmp_path: Pa
     write_log(tmp_path / "log", parts[0], 4)
     checkpoint = str(tmp_path / "ckpt")
     pre_keyed_pipeline(tmp_path, 2, **{"state.checkpoints.num-retained": 100}).run(checkpoint, available_now=True)
-    first_mapping = Checkpoint(checkpoint).latest().pre_keyed["splits"]  # type: ignore[union-attr]
+    first_mapping = Checkpoint(checkpoint).manifests.latest().pre_keyed["splits"]  # type: ignore[union-attr]
     before = _state_files(tmp_path / "ckpt")
 
     assert Log(tmp_path / "log").add_splits(2) == 6
@@ -168,7 +168,7 @@ def test_restart_at_other_parallelisms_with_splits_added_in_between(tmp_path: Pa
     write_log_by_split(tmp_path / "log", parts[-1])
     pre_keyed_pipeline(tmp_path, 1, **{"state.checkpoints.num-retained": 100}).run(checkpoint, available_now=True)
 
-    manifest = Checkpoint(checkpoint).latest()
+    manifest = Checkpoint(checkpoint).manifests.latest()
     assert manifest is not None
     assert manifest.parallelism == 1
     assert manifest.pre_keyed["splits"][:4] == first_mapping
@@ -255,7 +255,7 @@ def test_kill_9_mid_batch_then_restart(tmp_path: Path) -> None:
     env = {**os.environ, "KEYFLOW_FAULT": "after-sink-write:1"}
     crashed = subprocess.run([sys.executable, str(script), "2"], env=env, capture_output=True, text=True, timeout=300)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
-    assert Checkpoint(str(tmp_path / "ckpt")).versions()[-1] == 0
+    assert Checkpoint(str(tmp_path / "ckpt")).manifests.versions()[-1] == 0
     parts.append(events(1_000, 200, start=3_000, seed=22))
     write_log_by_split(tmp_path / "log", parts[-1])
     Log(tmp_path / "log").add_splits(1)
@@ -273,7 +273,7 @@ def test_a_key_in_two_splits_stops_the_job_before_the_batch_commits(tmp_path: Pa
     write_log(tmp_path / "log", first, 4)
     checkpoint = str(tmp_path / "ckpt")
     pre_keyed_pipeline(tmp_path, 2).run(checkpoint, available_now=True)
-    committed = Checkpoint(checkpoint).versions()
+    committed = Checkpoint(checkpoint).manifests.versions()
     published = sorted(p.name for p in (tmp_path / "totals").glob("part-*"))
 
     split_of = _split_of_users(tmp_path / "log")
@@ -286,7 +286,7 @@ def test_a_key_in_two_splits_stops_the_job_before_the_batch_commits(tmp_path: Pa
         r"Nothing of it was committed.*key_by\('user'\) instead of reinterpret_as_keyed",
     ):
         pre_keyed_pipeline(tmp_path, 2).run(checkpoint, available_now=True)
-    assert Checkpoint(checkpoint).versions() == committed
+    assert Checkpoint(checkpoint).manifests.versions() == committed
     assert sorted(p.name for p in (tmp_path / "totals").glob("part-*")) == published
 
 
@@ -298,7 +298,7 @@ def test_a_new_key_in_two_splits_of_one_batch_is_caught(tmp_path: Path) -> None:
     append_to_split(tmp_path / "log", rows.iloc[:1].assign(seq=2), 2)
     with pytest.raises(DataError, match=r"key \{'user': 'x'\} in splits 0 and 2 \(micro-batch 0\)"):
         pre_keyed_pipeline(tmp_path, 2).run(str(tmp_path / "ckpt"), available_now=True)
-    assert Checkpoint(str(tmp_path / "ckpt")).versions() == []
+    assert Checkpoint(str(tmp_path / "ckpt")).manifests.versions() == []
 
 
 @pytest.mark.jvm
@@ -324,7 +324,7 @@ def test_warn_counts_keys_in_two_splits_and_goes_on(tmp_path: Path) -> None:
     p = pre_keyed_pipeline(tmp_path, 1, **{"pipeline.pre-keyed.verify": "warn"})
     result = p.run(str(tmp_path / "ckpt"), available_now=True)
     assert [batch.pre_keyed_conflicts for batch in result.batches] == [2]
-    assert Checkpoint(str(tmp_path / "ckpt")).versions() == [0]
+    assert Checkpoint(str(tmp_path / "ckpt")).manifests.versions() == [0]
 
 
 @pytest.mark.jvm
@@ -337,7 +337,7 @@ def test_verify_off_checks_nothing(tmp_path: Path) -> None:
     result = p.run(str(tmp_path / "ckpt"), available_now=True)
     assert [batch.pre_keyed_conflicts for batch in result.batches] == [0]
     assert not list((tmp_path / "ckpt" / "state").rglob("keys-*.parquet"))
-    manifest = Checkpoint(str(tmp_path / "ckpt")).latest()
+    manifest = Checkpoint(str(tmp_path / "ckpt")).manifests.latest()
     assert manifest is not None
     assert manifest.pre_keyed["complete"] is False  # the index misses these keys
 
@@ -354,7 +354,7 @@ def test_the_split_index_holds_every_key_once_in_few_files(tmp_path: Path) -> No
     result = pre_keyed_pipeline(tmp_path, 2, rows_per_batch=100).run(str(tmp_path / "ckpt"), available_now=True)
     assert len(result.batches) == 8
     checkpoint = Checkpoint(str(tmp_path / "ckpt"))
-    manifest = checkpoint.latest()
+    manifest = checkpoint.manifests.latest()
     assert manifest is not None
     split_of, mapping = _split_of_users(tmp_path / "log"), manifest.pre_keyed["splits"]
     for uid, files in manifest.pre_keyed["index"].items():

@@ -15,9 +15,10 @@ from keyflow.errors import CheckpointError, KeyflowError, PlanError
 from keyflow.keygroups import key_group_range
 from keyflow.schemas import ColumnsDifferError, TypesDifferError, conform_to
 from keyflow.state.assignment import StateFile, compacting_subtasks, delta_depth, files_to_read, needed_files
-from keyflow.state.checkpoint import Checkpoint, operator_dir
+from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.keyed import key_boundaries
 from keyflow.state.plan_file import PlanFile, read_plan_file, write_plan_file
+from keyflow.state.state_files import operator_dir
 
 K = 12
 

@@ -17,10 +17,12 @@ from keyflow import ValueState
 from keyflow.errors import CheckpointError, DamagedFileError
 from keyflow.keygroups import assign_to_key_groups, key_group_range
 from keyflow.state.assignment import delta_depth, needed_files
-from keyflow.state.checkpoint import Checkpoint, Manifest, restore, write_state_file
+from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.durable import CheckpointedState
 from keyflow.state.integrity import retain, verify
+from keyflow.state.manifests import Manifest
 from keyflow.state.memory import KeyedStateStore, KeyIndex
+from keyflow.state.state_files import restore, write_state_file
 
 K = 64
 STATE = {"total": ValueState("int64")}
@@ -50,10 +52,10 @@ def write_version(checkpoint: Checkpoint, version: int, parallelism: int, update
             slots = store.slots(pa.table({"user": pa.array(keys[mine], pa.string())}), groups[mine].astype(np.int32))
             store.columns["total"].set(slots, pa.array([updates[k] for k in keys[mine]], pa.int64()))
         backend.close(store, subtask, first, last)
-    new = checkpoint.written_files("1", version)
+    new = checkpoint.state_files.written("1", version)
     manifest = Manifest(version, parallelism, K, {"1": needed_files([*files, *new], K)})
     if commit:
-        checkpoint.commit(manifest)
+        checkpoint.manifests.commit(manifest)
     return manifest
 
 
@@ -117,11 +119,11 @@ def test_retention_keeps_the_newest_versions_and_their_files(tmp_path: Path) -> 
                                  frozenset({0, 1}) if version == 3 else frozenset())  # fmt: skip
     dropped = retain(checkpoint, 2)
     assert dropped == [0, 1, 2]
-    assert checkpoint.versions() == [3, 4]
+    assert checkpoint.manifests.versions() == [3, 4]
     on_disk = {str(p.relative_to(tmp_path)) for p in (tmp_path / "state").rglob("*.parquet")}
-    used = {f.path for v in (3, 4) for f in checkpoint.manifest(v).operators["1"]}
+    used = {f.path for v in (3, 4) for f in checkpoint.manifests.read(v).operators["1"]}
     assert on_disk == used
-    assert restored(checkpoint, checkpoint.manifest(4), 0, K - 1) == {f"u{v}": v for v in range(5)}
+    assert restored(checkpoint, checkpoint.manifests.read(4), 0, K - 1) == {f"u{v}": v for v in range(5)}
 
 
 def test_uncommitted_versions_are_discarded(tmp_path: Path) -> None:
@@ -130,10 +132,10 @@ def test_uncommitted_versions_are_discarded(tmp_path: Path) -> None:
     (tmp_path / "manifests" / "0000000001.json.tmp-abc").write_text("half a manifest")  # a crash mid-write
     write_version(checkpoint, 1, 2, {"a": 5}, manifest)
     (tmp_path / "manifests" / "0000000001.json").unlink()  # version 1 never committed
-    assert checkpoint.versions() == [0]
-    checkpoint.discard_after(0)
+    assert checkpoint.manifests.versions() == [0]
+    checkpoint.state_files.discard_after(0)
     assert not (tmp_path / "state" / "op-1" / "v-0000000001").exists()
-    assert restored(checkpoint, checkpoint.latest(), 0, K - 1) == {"a": 1}
+    assert restored(checkpoint, checkpoint.manifests.latest(), 0, K - 1) == {"a": 1}
 
 
 def test_state_cached_by_an_uncommitted_attempt_is_not_reused(tmp_path: Path) -> None:
@@ -142,15 +144,15 @@ def test_state_cached_by_an_uncommitted_attempt_is_not_reused(tmp_path: Path) ->
     checkpoint = new_checkpoint(tmp_path)
     committed = write_version(checkpoint, 0, 1, {"a": 1}, None, run="A")
     write_version(checkpoint, 1, 1, {"a": 100}, committed, run="A", commit=False)
-    checkpoint.discard_after(0)
+    checkpoint.state_files.discard_after(0)
     first, last = key_group_range(K, 1, 0)
     store = KeyedStateStore(STATE)  # run B's version 1, built elsewhere: only its file reaches this process
     restore(checkpoint, committed.operators["1"], first, last, store, K)
     slots = store.slots(pa.table({"user": ["a"]}), assign_to_key_groups(pa.array(["a"]), K).astype(np.int32))
     store.columns["total"].set(slots, pa.array([2], pa.int64()))
     write_state_file(checkpoint, "1", 1, "delta", first, last, store.to_table(slots), 1)
-    files = needed_files([*committed.operators["1"], *checkpoint.written_files("1", 1)], K)
-    checkpoint.commit(Manifest(1, 1, K, {"1": files}))
+    files = needed_files([*committed.operators["1"], *checkpoint.state_files.written("1", 1)], K)
+    checkpoint.manifests.commit(Manifest(1, 1, K, {"1": files}))
     backend = CheckpointedState(checkpoint.uri, checkpoint.root, "B", "1", 1, 2, tuple(files), frozenset(), K)
     reopened = backend.open(STATE, 0, first, last)
     assert reopened.columns["total"].get(reopened.slots(pa.table({"user": ["a"]}))).to_pylist() == [2]
@@ -205,7 +207,7 @@ def test_a_manifest_of_another_format_is_refused(tmp_path: Path) -> None:
     (tmp_path / "manifests" / "0000000000.json").write_text('{"format_version": 99}')
     with pytest.raises(CheckpointError, match=r"0000000000.json has format 99, which this keyflow does not read: it "
                                               r"was written by another keyflow version") as raised:  # fmt: skip
-        checkpoint.latest()
+        checkpoint.manifests.latest()
     assert not isinstance(raised.value, DamagedFileError)  # not damage: a rollback would not help
     with pytest.raises(CheckpointError, match="has format 99"):
         verify(checkpoint)

@@ -79,7 +79,7 @@ def test_live_rescale_keeps_state_and_rewrites_no_state_file(spark, tmp_path: Pa
         job.stop()
     after = _state_files(tmp_path / "ckpt")
     assert {path: after[path] for path in before} == before  # every file of before the rescale, unchanged
-    parallelisms = [checkpoint.manifest(v).parallelism for v in checkpoint.versions()]
+    parallelisms = [checkpoint.manifests.read(v).parallelism for v in checkpoint.manifests.versions()]
     assert parallelisms[0] == 2
     assert 4 in parallelisms
     assert parallelisms[-1] == 1

@@ -238,7 +238,12 @@ def test_rescale_events_are_logged_when_a_batch_commits(checkpointed: Path) -> N
     append(checkpointed / "log", events(20, 20, start=300, seed=9))
     totals(checkpointed, **{"parallelism.default": 3}).run(checkpoint=str(checkpointed / "ckpt"), available_now=True)
     (event,) = checkpoint.events()
-    assert (event["from"], event["to"], event["reason"], event["batch"]) == (2, 3, "restart", checkpoint.versions()[-1])
+    assert (event["from"], event["to"], event["reason"], event["batch"]) == (
+        2,
+        3,
+        "restart",
+        checkpoint.manifests.versions()[-1],
+    )
 
 
 @pytest.mark.jvm
@@ -321,7 +326,7 @@ def test_committed_output_of_a_removed_sink_is_not_lost(tmp_path: Path) -> None:
     """A version whose staged output was committed but not yet moved (a crash between the
     two) cannot be restored by a pipeline without that sink: the error says what to do."""
     from keyflow.runtime.streaming.commit import publish
-    from keyflow.state.checkpoint import Manifest
+    from keyflow.state.manifests import Manifest
 
     pipeline = Pipeline(config=config(2))
     append(tmp_path / "log", events(10, 3, start=0, seed=1))

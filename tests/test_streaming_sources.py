@@ -147,7 +147,7 @@ def test_batches_that_leave_a_keyed_operator_without_rows_commit(spark, tmp_path
     run()
     append(tmp_path / "log", pd.DataFrame({"user": ["u1"], "amount": [0], "seq": [600]}))
     run()  # a batch in which the filter keeps nothing
-    empty = Checkpoint(str(tmp_path / "ckpt")).versions()[-1]
+    empty = Checkpoint(str(tmp_path / "ckpt")).manifests.versions()[-1]
     assert not list((tmp_path / "ckpt" / "state").glob(f"*/v-{empty:010d}/*"))  # no subtask restored or wrote
     append(tmp_path / "log", loud)
     run()

@@ -57,7 +57,7 @@ def _not_a_checkpoint_unless_one(checkpoint: Checkpoint) -> None:
     from keyflow.errors import CheckpointError
     from keyflow.state.plan_file import PLAN_FILE
 
-    if not checkpoint.exists(PLAN_FILE) and not checkpoint.versions():
+    if not checkpoint.exists(PLAN_FILE) and not checkpoint.manifests.versions():
         raise CheckpointError(
             f"{checkpoint.uri} is not a keyflow checkpoint (no {PLAN_FILE}, no manifests); give the directory "
             "passed to run(checkpoint=...) or --checkpoint"

@@ -18,9 +18,10 @@ import pyarrow as pa
 from keyflow.errors import DamagedFileError, EngineError, WorkerError
 from keyflow.plan.descriptors import StateDescriptor
 from keyflow.state.assignment import StateFile, can_catch_up
-from keyflow.state.checkpoint import Checkpoint, restore, write_key_report, write_state_file
+from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.memory import KeyedStateStore
 from keyflow.state.plan_file import PLAN_FILE
+from keyflow.state.state_files import restore, write_key_report, write_state_file
 
 
 class MemoryState:

@@ -15,16 +15,16 @@ def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
     """A JSON-ready summary of ``checkpoint`` (raises CheckpointError if it is not one,
     DamagedFileError if its plan.json is lost or damaged)."""
     saved = read_plan_file(checkpoint)
-    if saved is None and checkpoint.versions():
+    if saved is None and checkpoint.manifests.versions():
         raise DamagedFileError(PLAN_FILE, "is missing")
     if saved is None:
         raise _not_a_checkpoint(checkpoint)
     plan = saved.graph
     operators = plan.keyed_operators()
     manifests, damaged = [], []
-    for version in checkpoint.versions():
+    for version in checkpoint.manifests.versions():
         try:
-            manifests.append(checkpoint.manifest(version))
+            manifests.append(checkpoint.manifests.read(version))
         except DamagedFileError as damage:
             if damage.problem != "is missing":  # else deleted by the running job's retention while we read
                 damaged.append(str(damage))

@@ -23,17 +23,11 @@ from typing import Any
 from pyarrow import fs
 
 from keyflow.errors import DamagedCheckpointError, DamagedFileError, KeyflowError
-from keyflow.state.checkpoint import (
-    ALTERED,
-    ROLLBACK_FILE,
-    Checkpoint,
-    Manifest,
-    manifest_path,
-    truncated,
-    version_of,
-)
+from keyflow.state.checkpoint import ROLLBACK_FILE, Checkpoint
+from keyflow.state.manifests import Manifest, manifest_path
 from keyflow.state.plan_file import PLAN_FILE, PlanFile, read_plan_file
 from keyflow.state.seal import as_json, checksum
+from keyflow.state.state_files import ALTERED, truncated, version_of
 
 
 @dataclass(frozen=True)
@@ -119,7 +113,7 @@ def check_version(
     """One version: its manifest, its checkpoint id, each file's presence and size (``deep``:
     content checksums; ``bad_file``: a file already found damaged)."""
     try:
-        manifest = checkpoint.manifest(version)
+        manifest = checkpoint.manifests.read(version)
     except DamagedFileError as damage:
         return VersionCheck(version, None, damage)
     if checkpoint_id and manifest.checkpoint_id and manifest.checkpoint_id != checkpoint_id:
@@ -158,7 +152,7 @@ def verify(
     """Check plan.json and the retained versions, newest first; without ``every_version``, stop
     at the first intact one (what a restore needs). Raises CheckpointError for a manifest of a
     format this keyflow does not read (not damage: a rollback would not help)."""
-    versions = checkpoint.versions()  # before the state listing: files of a newer commit are in it
+    versions = checkpoint.manifests.versions()  # before the state listing: files of a newer commit are in it
     plan_file, plan_damage = None, None
     try:
         plan_file = read_plan_file(checkpoint)
@@ -231,7 +225,7 @@ def _manifest_ids(checkpoint: Checkpoint, versions: list[int]) -> dict[int, str]
     ids = {}
     for version in versions:
         try:
-            ids[version] = checkpoint.manifest(version).checkpoint_id
+            ids[version] = checkpoint.manifests.read(version).checkpoint_id
         except DamagedFileError:
             continue
     return {version: found for version, found in ids.items() if found}
@@ -244,7 +238,7 @@ def _most_common(ids: dict[int, str]) -> str | None:
 def retain(checkpoint: Checkpoint, count: int) -> list[int]:
     """Keep the newest ``count`` versions, and the newest intact one if none of them is; delete
     older manifests and the files no kept version uses. Returns the versions dropped."""
-    versions = checkpoint.versions()
+    versions = checkpoint.manifests.versions()
     if len(versions) <= count:
         return []
     sizes = state_sizes(checkpoint)

@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 
 from keyflow.errors import CheckpointError
 from keyflow.paths import exists, filesystem
-from keyflow.state.checkpoint import ROLLBACK_FILE, SOURCE_DIR, Checkpoint, manifest_path
+from keyflow.state.checkpoint import ROLLBACK_FILE, SOURCE_DIR, Checkpoint
 from keyflow.state.integrity import check_version, state_sizes, verify
+from keyflow.state.manifests import manifest_path
 from keyflow.state.plan_file import PLAN_FILE, PlanFile, write_plan_file
 
 
@@ -69,7 +70,7 @@ class Rollback:
             _delete_log_entry(self.checkpoint, relative)
         for version in self.manifests:
             _delete_file(self.checkpoint, manifest_path(version))
-        self.checkpoint.discard_after(self.version)
+        self.checkpoint.state_files.discard_after(self.version)
         self.checkpoint.append_event(
             {
                 "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
@@ -91,7 +92,7 @@ def plan_rollback(checkpoint: Checkpoint, version: int) -> Rollback:
                 f"checkpoint {checkpoint.uri}: a rollback to version {started} was interrupted; finish it first with "
                 f"'keyflow checkpoints {checkpoint.uri} --rollback {started} --apply'"
             )
-    versions = checkpoint.versions()
+    versions = checkpoint.manifests.versions()
     if version not in versions:
         raise CheckpointError(
             f"checkpoint {checkpoint.uri}: version {version} is not retained (retained: {versions or 'none'}); "
@@ -135,7 +136,7 @@ def plan_rollback(checkpoint: Checkpoint, version: int) -> Rollback:
             directory, name = final.rsplit("/", 1)
             rollback.moves.append((final, f"{directory}/_rolled_back/{stamp}/{name}"))
     rollback.spark_log = spark_log_after(checkpoint, version)
-    rollback.state_dirs = checkpoint.version_dirs_after(version)
+    rollback.state_dirs = checkpoint.state_files.dirs_after(version)
     return rollback
 
 
@@ -152,7 +153,7 @@ def spark_log_after(checkpoint: Checkpoint, version: int) -> list[str]:
 def forget_uncommitted(checkpoint: Checkpoint, version: int) -> None:
     """Remove what micro-batches after the committed ``version`` wrote (a failed run's state
     files and Spark's plan of its batch), leaving the checkpoint as that version left it."""
-    checkpoint.discard_after(version)
+    checkpoint.state_files.discard_after(version)
     for relative in spark_log_after(checkpoint, version):
         _delete_log_entry(checkpoint, relative)
 
@@ -161,7 +162,7 @@ def _published_by(checkpoint: Checkpoint, version: int, own_id: str) -> list[str
     """The sink files ``version`` published that are still there (None: its manifest is damaged
     or another checkpoint's, so its output paths are not to be trusted)."""
     try:
-        manifest = checkpoint.manifest(version)
+        manifest = checkpoint.manifests.read(version)
     except CheckpointError:
         return None
     if manifest.checkpoint_id != own_id:  # format 1 manifests carry none: only trusted among themselves

@@ -31,9 +31,10 @@ from keyflow.runtime.streaming.faults import fault
 from keyflow.runtime.streaming.prekeyed import PreKeyedSource
 from keyflow.runtime.streaming.results import BatchMetrics
 from keyflow.state.assignment import StateFile, compacting_subtasks, needed_files
-from keyflow.state.checkpoint import Checkpoint, Manifest
+from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.durable import CheckpointedState
 from keyflow.state.integrity import retain
+from keyflow.state.manifests import Manifest
 from keyflow.state.plan_file import PlanFile
 
 
@@ -86,7 +87,7 @@ def commit_micro_batch(
         for uid in state:
             # A subtask without input rows wrote no file (unless a compaction was due):
             # its state did not change.
-            new = checkpoint.written_files(uid, batch)
+            new = checkpoint.state_files.written(uid, batch)
             written += new
             previous = stream.manifest.operators.get(uid, []) if stream.manifest else []
             operators[uid] = needed_files([*previous, *new], plan.max_parallelism)
@@ -97,7 +98,7 @@ def commit_micro_batch(
             batch, plan.parallelism, plan.max_parallelism, operators, staged, pre_keyed=pre_keyed,
             checkpoint_id=stream.checkpoint_id, plan=stream.plan_file.to_dict(),
         )  # fmt: skip
-        checkpoint.commit(manifest)
+        checkpoint.manifests.commit(manifest)
         if event is not None:
             checkpoint.append_event({**event, "batch": batch})
         fault("after-commit", batch)

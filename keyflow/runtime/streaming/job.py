@@ -211,7 +211,7 @@ class StreamingJob:
         """A state file a worker found damaged: name the newest intact version and the way back,
         and remove what this micro-batch wrote, so the checkpoint is as it was."""
         if isinstance(error, DamagedFileError):
-            if self.checkpoint.versions()[-1:] == [self._stream.committed]:  # nothing of this batch committed
+            if self.checkpoint.manifests.versions()[-1:] == [self._stream.committed]:  # nothing of this batch committed
                 forget_uncommitted(self.checkpoint, self._stream.committed)
             self._error = damaged_while_reading(self.checkpoint, error)
 

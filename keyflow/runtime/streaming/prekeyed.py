@@ -19,8 +19,10 @@ from keyflow.errors import CheckpointError, DataError, KeyflowError, PlanError
 from keyflow.keygroups import split_key_groups
 from keyflow.plan.compile import CompiledPlan, pre_keyed_problem
 from keyflow.plan.nodes import KeyedNode, SourceNode
-from keyflow.state.checkpoint import Checkpoint, Manifest, read_key_reports, read_table, write_table
+from keyflow.state.checkpoint import Checkpoint
+from keyflow.state.manifests import Manifest
 from keyflow.state.splits import SplitIndex
+from keyflow.state.state_files import read_key_reports, read_table, write_table
 
 LAYOUT_FILE = "source-layout.json"
 
@@ -130,7 +132,7 @@ class PreKeyedSource:
         while files and files[-1].rows <= 2 * rows:
             rows += files.pop().rows
         start = table.num_rows - rows
-        path = f"{self.checkpoint.version_dir(uid, batch)}/split-index-{start:012d}.parquet"
+        path = f"{self.checkpoint.state_files.version_dir(uid, batch)}/split-index-{start:012d}.parquet"
         files.append(IndexFile(path, rows, *write_table(self.checkpoint, path, table.slice(start, rows))))
 
     def _message(self, node: KeyedNode, batch: int, count: int, examples: list[Any], outcome: str) -> str:

@@ -20,8 +20,9 @@ from keyflow.plan.nodes import SourceNode
 from keyflow.plan.restore import check_restorable
 from keyflow.plan.uids import ambiguous_keyed
 from keyflow.runtime.streaming.commit import publish
-from keyflow.state.checkpoint import LOCK_FILE, SOURCE_DIR, Checkpoint, Manifest
+from keyflow.state.checkpoint import LOCK_FILE, SOURCE_DIR, Checkpoint
 from keyflow.state.integrity import check_before_restore
+from keyflow.state.manifests import Manifest
 from keyflow.state.plan_file import PlanFile, read_plan_file, write_plan_file
 
 
@@ -66,7 +67,11 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
     if saved is None:
         _check_empty(checkpoint)
         return _start(plan, checkpoint)
-    if saved.graph.name == plan.graph.name and not checkpoint.versions() and not checkpoint.source_batches("commits"):
+    if (
+        saved.graph.name == plan.graph.name
+        and not checkpoint.manifests.versions()
+        and not checkpoint.source_batches("commits")
+    ):
         # Nothing was ever committed (the first run failed or was killed): no state or output
         # to keep, so the pipeline starts over, also when it was corrected in between.
         checkpoint.fs.delete_dir_contents(checkpoint.path(SOURCE_DIR), missing_dir_ok=True)
@@ -81,14 +86,14 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
         checkpoint.uri,
     )
     try:
-        manifest = checkpoint.latest()
+        manifest = checkpoint.manifests.latest()
     except CheckpointError as error:
         raise RestoreError(f"{error}; restore with that keyflow version or use a new checkpoint") from None
     committed = manifest.version if manifest else -1
     _check_source_offsets(checkpoint, committed)
     if manifest is not None:
         publish(current, manifest)  # a crash may have come between the commit and the moves
-    checkpoint.discard_after(committed if manifest else None)
+    checkpoint.state_files.discard_after(committed if manifest else None)
     for _, sink in current.outputs().values():
         sink.discard_after(committed)  # output of batches after the checkpoint (e.g. restored from a copy)
     return Restored(current, saved, manifest)
@@ -100,7 +105,7 @@ def _start(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
     write_plan_file(checkpoint, plan_file)
     for _, sink in plan.outputs().values():
         sink.reset()
-    checkpoint.discard_after(None)
+    checkpoint.state_files.discard_after(None)
     return Restored(plan, plan_file, None)
 
 

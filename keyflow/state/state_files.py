@@ -1,0 +1,207 @@
+"""The state-file store: the Parquet files keyed subtasks write, one per subtask and version,
+named by their key-group range and checksum, each row carrying its key group.
+
+A file holds the keys one subtask changed in one version (``delta``) or all keys of its
+key-group range (``full``, written by compaction). Files are listed in the manifest with
+their key-group range, so any range can be restored from files written at any parallelism.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyarrow import fs
+
+from keyflow.errors import DamagedFileError
+from keyflow.keygroups import KEY_GROUP_COLUMN
+from keyflow.state.assignment import StateFile, base_versions, files_to_read
+from keyflow.state.memory import KeyedStateStore
+from keyflow.state.seal import checksum
+
+if TYPE_CHECKING:
+    from keyflow.state.checkpoint import Checkpoint
+
+ALTERED = "was altered: its content does not match the checksum recorded when written"
+KEYS_METADATA = b"keyflow.keys_in_range"
+KEY_REPORT = "keys"  # a pre-keyed subtask's keys to check, next to its state file
+
+
+class StateFileStore:
+    """Where a checkpoint's subtasks write their state: ``state/op-<uid>/v-<version>/``."""
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self.checkpoint = checkpoint
+
+    def version_dir(self, uid: str, version: int) -> str:
+        return f"state/{operator_dir(uid)}/v-{version:010d}"
+
+    def written(self, uid: str, version: int) -> list[StateFile]:
+        """The state files subtasks wrote for ``version`` (read from their footers). Where two
+        attempts of one subtask both finished (a retried task), the newer file is the one kept."""
+        relative = self.version_dir(uid, version)
+        selector = fs.FileSelector(self.checkpoint.path(relative), allow_not_found=True)
+        newest: dict[tuple[str, str, str], tuple[fs.FileInfo, str]] = {}
+        for info in sorted(self.checkpoint.fs.get_file_info(selector), key=lambda info: info.mtime_ns or 0):
+            name = STATE_FILE_NAME.fullmatch(info.base_name)
+            if name is None:
+                continue  # also kept here: a pre-keyed operator's key reports and split index
+            subtask = (name.group(1), name.group(2), name.group(3))
+            replaced = newest.pop(subtask, None)
+            if replaced is not None:
+                self.checkpoint.fs.delete_file(replaced[0].path)
+            newest[subtask] = (info, name.group(4))
+        found = []
+        for (kind, first, last), (info, digest) in newest.items():
+            with self.checkpoint.fs.open_input_file(info.path) as handle:
+                metadata = pq.read_metadata(handle)
+            keys = int((metadata.metadata or {}).get(KEYS_METADATA, b"0"))
+            found.append(
+                StateFile(
+                    f"{relative}/{info.base_name}", kind, version, int(first), int(last),
+                    metadata.num_rows, keys, info.size or 0, digest,
+                )
+            )  # fmt: skip
+        return sorted(found, key=lambda f: f.first)
+
+    def dirs_after(self, version: int | None) -> list[str]:
+        """The state directories (relative) of versions after ``version`` (None: all)."""
+        found = []
+        listing = fs.FileSelector(self.checkpoint.path("state"), allow_not_found=True)
+        for uid_dir in self.checkpoint.fs.get_file_info(listing):
+            if uid_dir.type != fs.FileType.Directory:
+                continue
+            for version_dir in self.checkpoint.fs.get_file_info(fs.FileSelector(uid_dir.path, allow_not_found=True)):
+                written = version_dir.base_name.removeprefix("v-")
+                if written.isdigit() and (version is None or int(written) > version):
+                    found.append(f"state/{uid_dir.base_name}/{version_dir.base_name}")
+        return sorted(found)
+
+    def discard_after(self, version: int | None) -> None:
+        """Remove state written for versions after ``version`` that were never committed."""
+        for directory in self.dirs_after(version):
+            self.checkpoint.fs.delete_dir(self.checkpoint.path(directory))
+
+
+def operator_dir(uid: str) -> str:
+    """The directory of an operator's state: ``op-<uid>``, where a uid with characters that
+    are not safe in paths on every filesystem (HDFS refuses ':'; macOS and Windows ignore
+    case) has them replaced and a hash of the uid added, so distinct uids never share one."""
+    safe = re.sub(r"[^a-z0-9_.-]", "_", uid.lower())
+    return f"op-{safe}" if safe == uid else f"op-{safe}-{hashlib.sha1(uid.encode()).hexdigest()[:8]}"
+
+
+def version_of(relative: str) -> int:
+    """The version a file under ``state/`` was written for."""
+    part = next(p for p in relative.split("/") if p.startswith("v-"))
+    return int(part.removeprefix("v-"))
+
+
+STATE_FILE_NAME = re.compile(r"(delta|full)-(\d+)-(\d+)\.([0-9a-f]{16})\.parquet")
+
+
+def state_file_name(kind: str, first: int, last: int, digest: str) -> str:
+    return f"{kind}-{first:05d}-{last:05d}.{digest}.parquet"
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """``table`` as LZ4-compressed Parquet. Keys are unique in every file keyflow writes, so
+    dictionary encoding and statistics go to the key-group column only: on other columns
+    they cost 3-5x the time of the whole write and save nothing (measured in
+    docs/benchmarks.md)."""
+    sink = pa.BufferOutputStream()
+    dictionary = [KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in table.column_names else False
+    pq.write_table(table, sink, compression="lz4", row_group_size=256 * 1024, use_dictionary=dictionary,
+                   write_statistics=dictionary)  # fmt: skip
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def write_state_file(
+    checkpoint: Checkpoint, uid: str, version: int, kind: str, first: int, last: int, table: pa.Table, keys: int
+) -> None:
+    """One subtask's state for one version, atomic, named by its checksum (the driver keeps the
+    newest file of a subtask that a retried task wrote twice)."""
+    data = parquet_bytes(table.replace_schema_metadata({KEYS_METADATA: str(keys).encode()}))
+    name = state_file_name(kind, first, last, checksum(data))
+    checkpoint.write_atomically(f"{checkpoint.state_files.version_dir(uid, version)}/{name}", data)
+
+
+def write_key_report(checkpoint: Checkpoint, uid: str, version: int, first: int, last: int, keys: pa.Table) -> None:
+    """A pre-keyed subtask's keys to check for version ``version`` (see ``keyflow.state.splits``)."""
+    directory = checkpoint.state_files.version_dir(uid, version)
+    write_table(checkpoint, f"{directory}/{KEY_REPORT}-{first:05d}-{last:05d}.parquet", keys)
+
+
+def read_key_reports(checkpoint: Checkpoint, uid: str, version: int) -> list[pa.Table]:
+    """Every key report the subtasks of ``version`` wrote."""
+    selector = fs.FileSelector(checkpoint.path(checkpoint.state_files.version_dir(uid, version)), allow_not_found=True)
+    tables = []
+    for info in checkpoint.fs.get_file_info(selector):
+        if info.base_name.startswith(f"{KEY_REPORT}-"):
+            tables.append(read_table(checkpoint, info.path[len(checkpoint.root) + 1 :]))
+    return tables
+
+
+def truncated(found: int, recorded: int) -> str:
+    return f"is truncated or overwritten: {found} bytes, the manifest recorded {recorded}"
+
+
+def write_table(checkpoint: Checkpoint, relative: str, table: pa.Table) -> tuple[int, str]:
+    """Write ``table`` as Parquet; its size and checksum, for the manifest."""
+    data = parquet_bytes(table)
+    checkpoint.write_atomically(relative, data)
+    return len(data), checksum(data)
+
+
+def read_table(checkpoint: Checkpoint, relative: str, size: int | None = None, digest: str | None = None) -> pa.Table:
+    """Read a Parquet file of the checkpoint, checking the size and checksum the manifest
+    recorded for it (DamagedFileError naming the file if they differ or it is missing)."""
+    try:
+        with checkpoint.fs.open_input_file(checkpoint.path(relative)) as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise DamagedFileError(relative, "is missing") from None
+    if size is not None and len(data) != size:
+        raise DamagedFileError(relative, truncated(len(data), size))
+    if digest is not None and checksum(data) != digest:
+        raise DamagedFileError(relative, ALTERED)
+    try:
+        return pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowInvalid, OSError) as error:
+        raise DamagedFileError(relative, f"is not readable Parquet ({error})") from None
+
+
+def restore(
+    checkpoint: Checkpoint,
+    files: list[StateFile],
+    first: int,
+    last: int,
+    store: KeyedStateStore,
+    max_parallelism: int,
+    after_version: int = -1,
+) -> None:
+    """Load key groups ``first..last`` into ``store``: the newest full file of each key group
+    and the deltas after it, oldest first (later rows of a key win). With ``after_version``,
+    only changes newer than it (catching up a store that already holds that version)."""
+    base = base_versions(files, max_parallelism)
+    for f in files_to_read(files, first, last, after_version):
+        table = _read_range(checkpoint, f, first, last)
+        key_groups = table.column(KEY_GROUP_COLUMN).to_numpy()
+        current = base[key_groups]
+        keep = (f.version > current) | ((f.version == current) & (f.kind == "full"))
+        if not keep.all():
+            table = table.filter(pa.array(keep))
+        store.upsert(table)
+    store.take_touched()
+
+
+def _read_range(checkpoint: Checkpoint, f: StateFile, first: int, last: int) -> pa.Table:
+    table = read_table(checkpoint, f.path, f.bytes, f.checksum)
+    if first <= f.first and f.last <= last:
+        return table
+    key_groups = table.column(KEY_GROUP_COLUMN)
+    return table.filter(pc.and_(pc.greater_equal(key_groups, first), pc.less_equal(key_groups, last)))
