@@ -238,7 +238,7 @@ def test_an_interrupted_rollback_blocks_the_start_until_it_is_finished(
     def crash(version: int | None) -> None:
         raise OSError("disk gone")
 
-    monkeypatch.setattr(checkpoint, "discard_after", crash)  # after Spark's log and the manifests went
+    monkeypatch.setattr(checkpoint.state_files, "discard_after", crash)  # after Spark's log and the manifests went
     with pytest.raises(OSError, match="disk gone"):
         rollback.apply()
     assert checkpoint.manifests.versions() == [4]
