@@ -69,6 +69,12 @@ class PlanBuilder:
         self._nodes[node_id] = kind(node_id, inputs, name, parallelism, **fields)
         return node_id
 
+    def _sized(
+        self, kind: type[nodes.Node], inputs: tuple[int, ...], name: str, parallelism: int | None, **fields: Any
+    ) -> int:
+        """Add an operator whose ``parallelism`` the user set, checked under its name."""
+        return self._add(kind, inputs, name, _operator(parallelism, name), **fields)
+
     def _replace(self, node_id: int, **changes: Any) -> None:
         """Nodes are immutable: a changed setting swaps in a new one."""
         self._nodes[node_id] = dataclasses.replace(self._nodes[node_id], **changes)
@@ -119,14 +125,12 @@ class PlanBuilder:
     ) -> int:
         if not expressions or not all(isinstance(e, str) and e.strip() for e in expressions):
             raise PlanError(f"select needs one or more SQL expression strings, got {tuple(expressions)!r}")
-        return self._add(
-            nodes.SelectNode, (input_id,), name, _operator(parallelism, name), expressions=tuple(expressions)
-        )
+        return self._sized(nodes.SelectNode, (input_id,), name, parallelism, expressions=tuple(expressions))
 
     def filter(self, input_id: int, condition: str, name: str = "filter", parallelism: int | None = None) -> int:
         if not isinstance(condition, str) or not condition.strip():
             raise PlanError(f"filter needs a SQL condition string such as 'price > 0', got {condition!r}")
-        return self._add(nodes.FilterNode, (input_id,), name, _operator(parallelism, name), condition=condition)
+        return self._sized(nodes.FilterNode, (input_id,), name, parallelism, condition=condition)
 
     def with_columns(self, input_id: int, columns: Mapping[str, str]) -> int:
         if not columns or not all(isinstance(e, str) and e.strip() for e in columns.values()):
@@ -147,11 +151,11 @@ class PlanBuilder:
         if batch_format not in ("arrow", "pandas"):
             raise PlanError(f"map_batches batch_format={batch_format!r} is invalid; choose arrow or pandas")
         label = name or str(getattr(function, "__name__", "map_batches"))
-        return self._add(
+        return self._sized(
             nodes.MapBatchesNode,
             (input_id,),
             label,
-            _operator(parallelism, label),
+            parallelism,
             function=function,
             schema=schema,
             batch_format=batch_format,
@@ -225,11 +229,11 @@ class PlanBuilder:
                 raise PlanError(f"state {state_name!r} is {descriptor!r}; declare ValueState, ListState or MapState")
             descriptor.arrow_type  # validates the type now, at plan time  # noqa: B018
         label = name or str(getattr(function, "__name__", "process"))
-        return self._add(
+        return self._sized(
             nodes.ProcessNode,
             (input_id,) if side is None else (input_id, side),
             label,
-            _operator(parallelism, label),
+            parallelism,
             side_input=side is not None,
             keys=keying.keys,
             on_null=keying.on_null,
@@ -253,13 +257,12 @@ class PlanBuilder:
         """A sink (a connector's: the front end checked it is one) of ``input_id``'s rows;
         ``run`` False: only to explain (SQL's ``EXPLAIN INSERT``)."""
         label = name or f"sink: {nodes.sink_target(sink)}"
-        checked_uid = None if uid is None else check_uid(uid)
-        node_id = self._add(
+        node_id = self._sized(
             nodes.SinkNode,
             (input_id,),
             label,
-            _operator(parallelism, label),
-            explicit_uid=checked_uid,
+            parallelism,
+            explicit_uid=None if uid is None else check_uid(uid),
             sink=sink,
             primary_key=(primary_key,) if isinstance(primary_key, str) else tuple(primary_key),
             changelog=self.is_changelog(input_id),
