@@ -12,7 +12,7 @@ import pyarrow as pa
 from keyflow.connectors.base import Sink
 from keyflow.errors import PlanError
 from keyflow.plan import nodes
-from keyflow.plan.builder import Keying, PlanBuilder
+from keyflow.plan.builder import Keying, PlanBuilder, aggregations_needed
 from keyflow.plan.descriptors import StateDescriptor
 
 if TYPE_CHECKING:
@@ -171,6 +171,8 @@ class KeyedStream:
         :meth:`Stream.set_parallelism` and :meth:`Stream.uid` on the result for the operator's
         name, parallelism and stable id.
         """
+        if not aggregations:  # keys alone are SQL's GROUP BY without aggregates; here, a slip
+            raise aggregations_needed(aggregations)
         stream = self._stream
         return stream._then(stream._builder.aggregate(stream.node_id, self._keying, aggregations))
 

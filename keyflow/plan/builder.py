@@ -177,12 +177,10 @@ class PlanBuilder:
     ) -> int:
         """Per-key aggregates. The output is a changelog over a changelog, and with
         ``emit_changelog`` also over inserts (SQL's streaming GROUP BY: as Flink, an update
-        retracts the key's previous row); else each changed key's new row."""
-        if not aggregations or not all(isinstance(e, str) and e.strip() for e in aggregations.values()):
-            raise PlanError(
-                "aggregate needs name='aggregate expression' pairs such as count='count(*)', "
-                f"got {dict(aggregations)!r}"
-            )
+        retracts the key's previous row); else each changed key's new row. No aggregations:
+        the distinct keys (SQL's GROUP BY without aggregates)."""
+        if not all(isinstance(e, str) and e.strip() for e in aggregations.values()):
+            raise aggregations_needed(aggregations)
         clash = set(aggregations) & set(keying.keys)
         if clash:
             raise PlanError(f"aggregate output {sorted(clash)} has the name of a key column; rename the aggregate")
@@ -295,6 +293,12 @@ class PlanBuilder:
         if not ends:
             raise PlanError("the pipeline is empty; start with p.source(datagen(...)) or p.source(files(...))")
         return self.compile(ends).graph
+
+
+def aggregations_needed(aggregations: Mapping[str, str]) -> PlanError:
+    return PlanError(
+        f"aggregate needs name='aggregate expression' pairs such as count='count(*)', got {dict(aggregations)!r}"
+    )
 
 
 def _operator(parallelism: int | None, name: str) -> int | None:
