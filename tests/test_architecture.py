@@ -1,8 +1,8 @@
 """The layers hold: imports go one way, and the pure layers never load Spark.
 
-Data flows API → plan → runtime → state and sinks. Each rule below reads the package's
-import statements (with ``ast``, every statement, also those inside functions) and fails
-naming the file, the line and the forbidden import.
+Data flows API and SQL → one plan builder → plan → runtime → state and sinks. Each rule
+below reads the package's import statements (with ``ast``, every statement, also those
+inside functions) and fails naming the file, the line and the forbidden import.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "connectors": {"base", "connectors"},
     "runtime": {"base", "plan", "scheduler", "state", "connectors", "runtime"},
     "api": {"base", "plan", "state", "connectors", "api", "runtime", "sql"},
-    "sql": {"base", "plan", "connectors", "api", "sql"},  # a front end, like api: SQL onto plan nodes
+    "sql": {"base", "plan", "connectors", "sql"},  # a front end, like api: SQL onto the plan builder
     "cli": {"base", "plan", "scheduler", "state", "connectors", "runtime", "api", "sql", "cli"},
 }
 PURE = {"base", "plan", "scheduler", "state"}  # no Spark, not even inside a function
@@ -137,11 +137,21 @@ def test_every_import_follows_the_layers() -> None:
         ("keyflow.state.keyed", "from keyflow import KeyedBatch, Pipeline", "state must not import api"),
         ("keyflow.connectors.base", "from keyflow.connectors.files import files", "base must not import connectors"),
         ("keyflow.connectors.base", "import pyspark.sql", "base must not load Spark"),
+        ("keyflow.sql.planner", "from keyflow.api.stream import Stream", "sql must not import api"),
+        ("keyflow.sql.planner", "def f():\n    from keyflow import Pipeline", "sql must not import api"),
+        ("keyflow.api.pipeline", "from keyflow.sql.planner import plan_script", "only inside a function"),
     ],
 )
 def test_the_rules_catch_a_forbidden_import(module: str, line: str, expected: str) -> None:
     """The checker itself: each forbidden direction is reported."""
     assert any(expected in found for found in violations(line + "\n", module))
+
+
+def test_sql_and_api_import_one_way() -> None:
+    """The two front ends build through ``plan.builder``: SQL never imports the API (not even
+    lazily), so they cannot import each other in a circle."""
+    assert "api" not in ALLOWED["sql"]
+    assert ("api", "sql") in LAZY_ONLY
 
 
 def test_allowed_imports_pass_the_rules() -> None:
@@ -156,6 +166,7 @@ def test_allowed_imports_pass_the_rules() -> None:
     [
         "keyflow",
         "keyflow.api.pipeline",
+        "keyflow.plan.builder",
         "keyflow.plan.compile",
         "keyflow.state.durable",
         "keyflow.cli.app",

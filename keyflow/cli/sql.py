@@ -38,10 +38,10 @@ def sql(
             raise KeyflowError(f"SQL file {file} does not exist; pass a .sql script")
         with config_overrides(overrides(conf, config, parallelism)):
             pipeline = Pipeline()
-            planned = plan_script(pipeline, path.read_text())
+            planned = plan_script(pipeline.builder, path.read_text())
     for explained in planned.explained:
         typer.echo(explained)
-    if planned.stream is not None:
+    if planned.query is not None:
         raise typer.Exit(_refuse_bare_select())
     if planned.inserts:
         execute(pipeline, checkpoint, available_now, as_json)

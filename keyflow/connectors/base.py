@@ -85,9 +85,10 @@ class KnowsColumns(Protocol):
 
 
 @runtime_checkable
-class ChangelogSource(Protocol):
+class ChangelogSource(KnowsColumns, Protocol):
     """A source whose rows may be changes: ``changelog_mode`` is ``insert`` (rows are
-    inserts), ``upsert`` (a row replaces its primary key's) or ``all`` (rows carry ``op``)."""
+    inserts), ``upsert`` (a row replaces its primary key's; its other columns all null
+    delete it) or ``all`` (rows carry ``op``)."""
 
     @property
     def changelog_mode(self) -> str: ...

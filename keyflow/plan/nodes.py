@@ -95,7 +95,7 @@ class KeyedNode(Node):
     """An operator that needs its input partitioned by key group."""
 
     keys: tuple[str, ...] = ()
-    on_null: Any = None  # None: pipeline.null-keys; or a sink for a dead letter queue
+    on_null: Sink | None = None  # None: pipeline.null-keys; or a sink for a dead letter queue
     reinterpreted: bool = False  # input already keyed by ``keys`` in this partition: no exchange
     keyed: ClassVar[bool] = True
 

@@ -1,4 +1,5 @@
-"""SQL statements onto a :class:`~keyflow.Pipeline`: the same plan nodes the Python API adds.
+"""SQL statements onto a :class:`~keyflow.plan.builder.PlanBuilder`: the builder the Python
+API adds its nodes through, so a query gets the same nodes and the same checks.
 
 ``FROM`` reads a table's source (once per pipeline, whatever number of queries read it),
 ``WHERE`` is a filter, ``GROUP BY`` a keyed aggregate (a retracting one, emitting a
@@ -9,20 +10,17 @@ column types. Expressions are transpiled to Spark SQL by sqlglot and run as Spar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from keyflow.api.stream import Stream
 from keyflow.changelog import OP
+from keyflow.connectors.base import changelog_mode
 from keyflow.plan import nodes
-from keyflow.plan.compile import compile_plan
+from keyflow.plan.builder import PlanBuilder
+from keyflow.sql.catalog import Catalog, catalog_of
 from keyflow.sql.options import check_options, parallelism_option
 from keyflow.sql.statements import DIALECT, CreateTable, Insert, Query, SetOption, SqlError, parse_script, position
 from keyflow.sql.tables import quoted, sink_of, source_of
-
-if TYPE_CHECKING:
-    from keyflow.api.pipeline import Pipeline
 
 AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
 _UNSUPPORTED = {
@@ -39,50 +37,39 @@ _UNSUPPORTED = {
 
 
 @dataclass
-class Catalog:
-    """The tables a pipeline's SQL knows: declared ones and Python streams registered as views."""
-
-    tables: dict[str, CreateTable] = field(default_factory=dict)
-    views: dict[str, int] = field(default_factory=dict)  # name -> node id of a stream
-    read: dict[str, int] = field(default_factory=dict)  # table -> node id of its source stream
-    written: set[str] = field(default_factory=set)
-
-
-@dataclass
 class Planned:
-    """What a script did: the rendered plans of its EXPLAINs, the stream of a final bare
-    SELECT, how many INSERTs it added."""
+    """What a script did: the rendered plans of its EXPLAINs, the node id of a final bare
+    SELECT (its stream), how many INSERTs it added."""
 
     explained: list[str] = field(default_factory=list)
-    stream: Stream | None = None
+    query: int | None = None
     inserts: int = 0
 
 
-def plan_script(pipeline: Pipeline, text: str) -> Planned:
-    """Parse ``text`` and add what it says to ``pipeline``."""
-    catalog = pipeline.catalog
+def plan_script(builder: PlanBuilder, text: str) -> Planned:
+    """Parse ``text`` and add what it says to ``builder``'s plan."""
+    catalog = catalog_of(builder)
     planned = Planned()
     for statement in parse_script(text):
         if isinstance(statement, SetOption):
-            pipeline.set_option(statement.key, statement.value)
+            builder.set_option(statement.key, statement.value)
         elif isinstance(statement, CreateTable):
-            if statement.name in catalog.tables or statement.name in catalog.views:
+            if statement.name in catalog:
                 raise SqlError(f"{statement.where} is declared twice; give the second another name")
             check_options(statement)
             catalog.tables[statement.name] = statement
         elif isinstance(statement, Insert):
-            sink_id = _insert(pipeline, catalog, statement)
+            sink_id = _insert(builder, catalog, statement)
             if statement.explain:
-                planned.explained.append(compile_plan(pipeline.operators, (sink_id,), pipeline.config).graph.render())
+                planned.explained.append(builder.compile((sink_id,)).graph.render())
             else:
-                pipeline.add_sink(sink_id)
                 planned.inserts += 1
         elif isinstance(statement, Query):
-            planned.stream = _select(pipeline, catalog, statement.query, "query")[0]
+            planned.query = _select(builder, catalog, statement.query, "query")[0]
     return planned
 
 
-def _insert(pipeline: Pipeline, catalog: Catalog, statement: Insert) -> int:
+def _insert(builder: PlanBuilder, catalog: Catalog, statement: Insert) -> int:
     table = catalog.tables.get(statement.target)
     if table is None:
         raise SqlError(f"INSERT INTO {statement.target} ({statement.where}): no table {statement.target!r}; "
@@ -92,29 +79,21 @@ def _insert(pipeline: Pipeline, catalog: Catalog, statement: Insert) -> int:
             raise SqlError(f"{table.where} is written by two INSERT statements; write each sink table once")
         catalog.written.add(table.name)
     sink = sink_of(table)
-    stream, names = _select(pipeline, catalog, statement.query, table.name)
+    node_id, names = _select(builder, catalog, statement.query, table.name)
     if len(names) != len(table.columns):
         raise SqlError(
             f"INSERT INTO {table.name} ({statement.where}) selects {len(names)} column(s) {names}; the table has "
             f"{len(table.columns)}: {table.column_names}; select them in that order"
         )
-    changelog = stream.is_changelog
     casts = [f"CAST({quoted(n)} AS {c.type}) AS {quoted(c.name)}" for n, c in zip(names, table.columns, strict=True)]
-    stream = stream.select(*casts, *([OP] if changelog else []), name=f"to {table.name}")
-    parallelism = parallelism_option(table, "sink.parallelism", pipeline.config["pipeline.max-parallelism"])
-    return pipeline.add(
-        nodes.SinkNode,
-        (stream.node_id,),
-        f"sink: {table.name}",
-        parallelism,
-        sink=sink,
-        primary_key=table.primary_key,
-        changelog=changelog,
-    )
+    node_id = builder.select(node_id, [*casts, *_row_kind(builder, node_id)], name=f"to {table.name}")
+    parallelism = parallelism_option(table, "sink.parallelism", builder.config["pipeline.max-parallelism"])
+    name = f"sink: {table.name}"
+    return builder.sink(node_id, sink, parallelism, name, primary_key=table.primary_key, run=not statement.explain)
 
 
-def _select(pipeline: Pipeline, catalog: Catalog, query: exp.Select, into: str) -> tuple[Stream, list[str]]:
-    """The stream of ``query`` and the names of its columns (a changelog's ``op`` aside).
+def _select(builder: PlanBuilder, catalog: Catalog, query: exp.Select, into: str) -> tuple[int, list[str]]:
+    """The node of ``query`` and the names of its columns (a changelog's ``op`` aside).
     Its operators are named after ``into`` (the sink table), so their ids stay stable."""
     for arg, construct in _UNSUPPORTED.items():
         if query.args.get(arg):
@@ -129,24 +108,21 @@ def _select(pipeline: Pipeline, catalog: Catalog, query: exp.Select, into: str) 
         raise SqlError(f"JOIN at {position(source)} is not supported in keyflow SQL")
     _refuse_windows(query)
     name = table_node.name
-    stream, columns = _read(pipeline, catalog, name)
+    node_id, columns = _read(builder, catalog, name)
     _unqualify(query, {name, table_node.alias_or_name})
     where = query.args.get("where")
     if where is not None:
         if any(isinstance(n, exp.AggFunc) for n in where.walk()):
             raise SqlError(f"an aggregate in WHERE at {position(where)}; filter aggregates with HAVING")
-        stream = stream.filter(where.this.sql(dialect=DIALECT), name=f"where ({into})")
+        node_id = builder.filter(node_id, where.this.sql(dialect=DIALECT), name=f"where ({into})")
     expressions = _expand_star(query.expressions, columns)
     grouped = query.args.get("group")
     if grouped is not None or any(isinstance(n, exp.AggFunc) for e in expressions for n in e.walk()):
-        return _aggregate(pipeline, stream, query, expressions, into)
+        return _aggregate(builder, node_id, query, expressions, into)
     if query.args.get("having") is not None:
         raise SqlError(f"HAVING at {position(query.args['having'])} needs GROUP BY or an aggregate")
     names = _output_names(expressions)
-    projected = [f"{e.unalias().sql(dialect=DIALECT)} AS {quoted(n)}" for e, n in zip(expressions, names, strict=True)]
-    if stream.is_changelog:
-        projected.append(OP)
-    return stream.select(*projected, name=f"select ({into})"), names
+    return _project(builder, node_id, expressions, names, into), names
 
 
 _HINTS = {
@@ -167,11 +143,11 @@ def _refuse_windows(query: exp.Select) -> None:
             raise SqlError(f"window function {node.name.upper()} at {position(node)} is not supported in keyflow SQL")
 
 
-def _read(pipeline: Pipeline, catalog: Catalog, name: str) -> tuple[Stream, list[str] | None]:
-    """The stream of table or view ``name`` (its source is added once) and its columns if known."""
+def _read(builder: PlanBuilder, catalog: Catalog, name: str) -> tuple[int, list[str] | None]:
+    """The node of table or view ``name`` (its source is added once) and its columns if known."""
     if name in catalog.views:
-        view = Stream(pipeline, catalog.views[name])
-        if _upserts_without_row_kinds(pipeline, view.node_id):
+        view = catalog.views[name]
+        if _upserts_without_row_kinds(builder, view):
             raise SqlError(
                 f"view {name!r} is a streaming aggregate of the Python API: it emits each changed key's new value "
                 "without row kinds, so SQL cannot retract the old one; aggregate in SQL (GROUP BY) instead, or "
@@ -184,9 +160,8 @@ def _read(pipeline: Pipeline, catalog: Catalog, name: str) -> tuple[Stream, list
         raise SqlError(f"no table {name!r} to read FROM (declared: {known}); declare it with CREATE TABLE")
     if name not in catalog.read:
         source = source_of(table)
-        config = pipeline.config
-        parallelism = parallelism_option(table, "scan.parallelism", config["pipeline.max-parallelism"])
-        mode = getattr(source, "changelog_mode", "insert")
+        parallelism = parallelism_option(table, "scan.parallelism", builder.config["pipeline.max-parallelism"])
+        mode = changelog_mode(source)
         if mode != "insert" and not table.primary_key and parallelism is not None:
             # As Flink: a configured source parallelism routes a changelog by its primary key, also
             # when it equals today's default (a restart or rescale may change the default).
@@ -195,12 +170,12 @@ def _read(pipeline: Pipeline, catalog: Catalog, name: str) -> tuple[Stream, list
                 "routed by primary key to stay in order at a parallelism of their own; declare PRIMARY KEY (…) "
                 "NOT ENFORCED on the table, or remove 'scan.parallelism'"
             )
-        stream = pipeline.source(source, parallelism=parallelism, name=name)
+        node_id = builder.source(source, parallelism=parallelism, name=name)
         if table.options["connector"] == "datagen":  # generated values as the declared types
             casts = [f"CAST({quoted(c.name)} AS {c.type}) AS {quoted(c.name)}" for c in table.columns]
-            stream = stream.select(*casts, name=f"{name} types", parallelism=parallelism)
-        catalog.read[name] = stream.node_id
-    return Stream(pipeline, catalog.read[name]), table.column_names
+            node_id = builder.select(node_id, casts, name=f"{name} types", parallelism=parallelism)
+        catalog.read[name] = node_id
+    return catalog.read[name], table.column_names
 
 
 def _unqualify(query: exp.Select, names: set[str]) -> None:
@@ -242,8 +217,8 @@ def _output_names(expressions: list[exp.Expression]) -> list[str]:
 
 
 def _aggregate(
-    pipeline: Pipeline, stream: Stream, query: exp.Select, expressions: list[exp.Expression], into: str
-) -> tuple[Stream, list[str]]:
+    builder: PlanBuilder, node_id: int, query: exp.Select, expressions: list[exp.Expression], into: str
+) -> tuple[int, list[str]]:
     """GROUP BY: a keyed aggregate of every aggregate call, then the select list over its result."""
     group = query.args.get("group")
     keys: list[str] = []
@@ -264,23 +239,27 @@ def _aggregate(
                 raise SqlError(f"column {column.name!r} at {position(column)} is neither in GROUP BY nor inside an "
                                "aggregate function; add it to GROUP BY or aggregate it")  # fmt: skip
     names = _output_names(expressions)
-    node_id = pipeline.add(
-        nodes.AggregateNode,
-        (stream.node_id,),
-        f"aggregate ({into})",
-        None,
-        keys=tuple(keys),
-        aggregations=dict(calls),
-        changelog=_unbounded(pipeline, stream.node_id),  # SQL: a streaming GROUP BY emits a changelog (Flink)
-        changelog_input=stream.is_changelog,
+    node_id = builder.aggregate(
+        node_id,
+        builder.key_by(keys),
+        calls,
+        name=f"aggregate ({into})",
+        emit_changelog=builder.reads_unbounded([node_id]),  # a streaming GROUP BY emits a changelog (Flink)
     )
-    result = Stream(pipeline, node_id)
     if condition is not None:
-        result = result.filter(condition.sql(dialect=DIALECT), name=f"having ({into})")
-    projected = [f"{e.unalias().sql(dialect=DIALECT)} AS {quoted(n)}" for e, n in zip(rewritten, names, strict=True)]
-    if result.is_changelog:
-        projected.append(OP)
-    return result.select(*projected, name=f"select ({into})"), names
+        node_id = builder.filter(node_id, condition.sql(dialect=DIALECT), name=f"having ({into})")
+    return _project(builder, node_id, rewritten, names, into), names
+
+
+def _project(builder: PlanBuilder, node_id: int, expressions: list[exp.Expression], names: list[str], into: str) -> int:
+    """The select list, named ``names``; a changelog keeps its row kinds."""
+    projected = [f"{e.unalias().sql(dialect=DIALECT)} AS {quoted(n)}" for e, n in zip(expressions, names, strict=True)]
+    return builder.select(node_id, [*projected, *_row_kind(builder, node_id)], name=f"select ({into})")
+
+
+def _row_kind(builder: PlanBuilder, node_id: int) -> list[str]:
+    """``op``, where the rows of ``node_id`` carry row kinds."""
+    return [OP] if builder.is_changelog(node_id) else []
 
 
 def _replace_aggregates(expression: exp.Expression, calls: dict[str, str]) -> exp.Expression:
@@ -304,14 +283,9 @@ def _replace_aggregates(expression: exp.Expression, calls: dict[str, str]) -> ex
     return expression.transform(replace)
 
 
-def _upserts_without_row_kinds(pipeline: Pipeline, node_id: int) -> bool:
+def _upserts_without_row_kinds(builder: PlanBuilder, node_id: int) -> bool:
     """Whether ``node_id`` is (after stateless operators) an insert-only streaming aggregate."""
-    node = pipeline.operators[node_id]
+    node = builder.node(node_id)
     while isinstance(node, (nodes.SelectNode, nodes.FilterNode, nodes.WithColumnsNode)):
-        node = pipeline.operators[node.inputs[0]]
-    return isinstance(node, nodes.AggregateNode) and not node.changelog and _unbounded(pipeline, node.id)
-
-
-def _unbounded(pipeline: Pipeline, node_id: int) -> bool:
-    needed = nodes.upstream(pipeline.operators, [node_id])
-    return any(getattr(n.source, "unbounded", False) for n in needed if isinstance(n, nodes.SourceNode))
+        node = builder.node(node.inputs[0])
+    return isinstance(node, nodes.AggregateNode) and not node.changelog and builder.reads_unbounded([node.id])

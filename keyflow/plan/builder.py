@@ -1,0 +1,310 @@
+"""The one way a plan is built: the Python API and SQL both add their operators here.
+
+Each method adds one logical node after the checks that need no data (names, parallelism,
+uids, keys, aggregations, state), so an operator gets the same checks and the same node
+whichever front end wrote it (that a Python object is a source or a sink, the API checks:
+the plan does not know the connector contracts). What needs the whole plan (columns, whether state can merge
+or retract, partitioning) is checked by :func:`~keyflow.plan.compile.compile_plan`. Pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from keyflow.changelog import DELETED, OP
+from keyflow.config import Config
+from keyflow.connectors.base import ChangelogSource, Sink, Source, is_unbounded
+from keyflow.errors import PlanError, positive_option
+from keyflow.plan import nodes
+from keyflow.plan.compile import CompiledPlan, compile_plan
+from keyflow.plan.descriptors import StateDescriptor
+from keyflow.plan.graph import JobGraph
+from keyflow.plan.uids import check_uid
+
+
+def check_parallelism(value: int | None, what: str) -> int | None:
+    return positive_option(value, f"{what} parallelism")
+
+
+@dataclasses.dataclass(frozen=True)
+class Keying:
+    """How the next keyed operator gets its rows: by ``keys`` (checked), with ``on_null`` for
+    rows with a null key, ``reinterpreted`` when the input is already partitioned by them."""
+
+    keys: tuple[str, ...]
+    on_null: Sink | None = None
+    reinterpreted: bool = False
+
+
+class PlanBuilder:
+    """A pipeline's operators, its sinks and its configuration, as the front ends build them.
+
+    ``overrides`` (the CLI's ``--conf``) win over every option set later (SQL's ``SET``)."""
+
+    def __init__(self, config: Config, overrides: Mapping[str, Any] | None = None) -> None:
+        self._overrides = dict(overrides or {})
+        self.config = config.merged(self._overrides)
+        self._nodes: dict[int, nodes.Node] = {}
+        self._sinks: list[int] = []
+
+    @property
+    def operators(self) -> Mapping[int, nodes.Node]:
+        """Every operator added so far, by id."""
+        return self._nodes
+
+    def node(self, node_id: int) -> nodes.Node:
+        return self._nodes[node_id]
+
+    def set_option(self, key: str, value: Any) -> None:
+        self.config = self.config.merged({key: value}).merged(self._overrides)
+
+    def _add(
+        self, kind: type[nodes.Node], inputs: tuple[int, ...], name: str, parallelism: int | None, **fields: Any
+    ) -> int:
+        """Add an operator; its id is its position in creation order."""
+        node_id = len(self._nodes) + 1
+        self._nodes[node_id] = kind(node_id, inputs, name, parallelism, **fields)
+        return node_id
+
+    def _sized(
+        self, kind: type[nodes.Node], inputs: tuple[int, ...], name: str, parallelism: int | None, **fields: Any
+    ) -> int:
+        """Add an operator whose ``parallelism`` the user set, checked under its name."""
+        return self._add(kind, inputs, name, _operator(parallelism, name), **fields)
+
+    def _replace(self, node_id: int, **changes: Any) -> None:
+        """Nodes are immutable: a changed setting swaps in a new one."""
+        self._nodes[node_id] = dataclasses.replace(self._nodes[node_id], **changes)
+
+    def rename(self, node_id: int, name: str) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise PlanError(f"an operator name must be a non-empty string, got {name!r}")
+        self._replace(node_id, name=name)
+
+    def set_parallelism(self, node_id: int, parallelism: int) -> None:
+        self._replace(node_id, parallelism=_operator(parallelism, self._nodes[node_id].name))
+
+    def set_uid(self, node_id: int, uid: str) -> None:
+        self._replace(node_id, explicit_uid=check_uid(uid))
+
+    def source(
+        self, source: object, parallelism: int | None = None, name: str | None = None, uid: str | None = None
+    ) -> int:
+        """A source; a changelog with a primary key is normalized by it (Flink's ChangelogNormalize)."""
+        if not isinstance(source, Source):
+            raise PlanError(f"{source!r} is not a source; use datagen(...), files(...) or log(...)")
+        label = name or f"source: {source.describe().get('connector', 'source')}"
+        checked = check_parallelism(parallelism, f"source {label!r}")
+        node_id = self._add(
+            nodes.SourceNode, (), label, checked, explicit_uid=None if uid is None else check_uid(uid), source=source
+        )
+        if isinstance(source, ChangelogSource) and source.changelog_mode != "insert" and source.primary_key:
+            node_id = self._normalized(node_id, source, label, checked)
+        return node_id
+
+    def _normalized(self, node_id: int, source: ChangelogSource, label: str, parallelism: int | None) -> int:
+        """Rows routed by the primary key's key group, each key's previous row in keyed state."""
+        keys = tuple(source.primary_key)
+        if source.changelog_mode == "all":
+            # As Flink's ChangelogNormalize: -U and -D delete the key; a +U after -U (the newest) upserts it.
+            deleted = f"{OP} IN ('-U', '-D')"
+        else:
+            values = [name for name in source.column_names() or () if name not in keys]
+            deleted = " AND ".join(f"`{name}` IS NULL" for name in values) or "false"
+        node_id = self._add(
+            nodes.WithColumnsNode, (node_id,), f"row kind {label}", parallelism, columns={DELETED: deleted}
+        )
+        return self._add(
+            nodes.NormalizeNode, (node_id,), f"normalize {label}", None, keys=keys, mode=source.changelog_mode
+        )
+
+    def select(
+        self, input_id: int, expressions: Sequence[str], name: str = "select", parallelism: int | None = None
+    ) -> int:
+        if not expressions or not all(isinstance(e, str) and e.strip() for e in expressions):
+            raise PlanError(f"select needs one or more SQL expression strings, got {tuple(expressions)!r}")
+        return self._sized(nodes.SelectNode, (input_id,), name, parallelism, expressions=tuple(expressions))
+
+    def filter(self, input_id: int, condition: str, name: str = "filter", parallelism: int | None = None) -> int:
+        if not isinstance(condition, str) or not condition.strip():
+            raise PlanError(f"filter needs a SQL condition string such as 'price > 0', got {condition!r}")
+        return self._sized(nodes.FilterNode, (input_id,), name, parallelism, condition=condition)
+
+    def with_columns(self, input_id: int, columns: Mapping[str, str]) -> int:
+        if not columns or not all(isinstance(e, str) and e.strip() for e in columns.values()):
+            raise PlanError(f"with_columns needs column=SQL expression pairs, got {dict(columns)!r}")
+        return self._add(nodes.WithColumnsNode, (input_id,), "with_columns", None, columns=dict(columns))
+
+    def map_batches(
+        self,
+        input_id: int,
+        function: Callable[[Any], Any],
+        schema: pa.Schema | str | None,
+        batch_format: str,
+        name: str | None,
+        parallelism: int | None,
+    ) -> int:
+        if not callable(function):
+            raise PlanError(f"map_batches needs a function, got {function!r}")
+        if batch_format not in ("arrow", "pandas"):
+            raise PlanError(f"map_batches batch_format={batch_format!r} is invalid; choose arrow or pandas")
+        label = name or str(getattr(function, "__name__", "map_batches"))
+        return self._sized(
+            nodes.MapBatchesNode,
+            (input_id,),
+            label,
+            parallelism,
+            function=function,
+            schema=schema,
+            batch_format=batch_format,
+        )
+
+    def key_by(self, keys: Sequence[str], on_null: object = None, reinterpreted: bool = False) -> Keying:
+        """``on_null``: None, or a sink for rows with a null key."""
+        if not keys or not all(isinstance(key, str) and key.strip() for key in keys):
+            raise PlanError(f"key_by needs one or more column names, got {tuple(keys)!r}")
+        if on_null is not None and not isinstance(on_null, Sink):
+            raise PlanError(f"key_by on_null={on_null!r} is not a sink; pass e.g. parquet('out/dead_letters')")
+        return Keying(tuple(keys), on_null, reinterpreted)
+
+    def aggregate(
+        self,
+        input_id: int,
+        keying: Keying,
+        aggregations: Mapping[str, str],
+        name: str = "aggregate",
+        emit_changelog: bool = False,
+    ) -> int:
+        """Per-key aggregates. The output is a changelog over a changelog, and with
+        ``emit_changelog`` also over inserts (SQL's streaming GROUP BY: as Flink, an update
+        retracts the key's previous row); else each changed key's new row. No aggregations:
+        the distinct keys (SQL's GROUP BY without aggregates)."""
+        if not all(isinstance(e, str) and e.strip() for e in aggregations.values()):
+            raise aggregations_needed(aggregations)
+        clash = set(aggregations) & set(keying.keys)
+        if clash:
+            raise PlanError(f"aggregate output {sorted(clash)} has the name of a key column; rename the aggregate")
+        changelog_input = self.is_changelog(input_id)
+        return self._add(
+            nodes.AggregateNode,
+            (input_id,),
+            name,
+            None,
+            keys=keying.keys,
+            on_null=keying.on_null,
+            aggregations=dict(aggregations),
+            changelog=changelog_input or emit_changelog,
+            changelog_input=changelog_input,
+            reinterpreted=keying.reinterpreted,
+        )
+
+    def process(
+        self,
+        input_id: int,
+        keying: Keying,
+        function: Callable[..., Any],
+        schema: pa.Schema | str,
+        state: Mapping[str, StateDescriptor] | None,
+        order_by: str | Sequence[str],
+        name: str | None,
+        parallelism: int | None,
+        side: int | None,
+    ) -> int:
+        """A keyed process function; ``side`` is the id of a stream broadcast to it whole."""
+        if side == input_id:
+            raise PlanError("process side= is the keyed stream itself; broadcast another (small) stream")
+        if not callable(function):
+            raise PlanError(f"process needs a function, got {function!r}")
+        if schema is None:
+            raise PlanError("process needs the output schema: a pyarrow.Schema or a DDL string 'user string, n long'")
+        for state_name, descriptor in (state or {}).items():
+            if state_name in keying.keys or state_name.startswith("__"):
+                raise PlanError(
+                    f"state {state_name!r} has the name of a key column or starts with '__' (kept for keyflow's "
+                    "own columns); rename the state"
+                )
+            if not hasattr(descriptor, "arrow_type"):
+                raise PlanError(f"state {state_name!r} is {descriptor!r}; declare ValueState, ListState or MapState")
+            descriptor.arrow_type  # validates the type now, at plan time  # noqa: B018
+        label = name or str(getattr(function, "__name__", "process"))
+        return self._sized(
+            nodes.ProcessNode,
+            (input_id,) if side is None else (input_id, side),
+            label,
+            parallelism,
+            side_input=side is not None,
+            keys=keying.keys,
+            on_null=keying.on_null,
+            function=function,
+            schema=schema,
+            state=dict(state or {}),
+            order_by=(order_by,) if isinstance(order_by, str) else tuple(order_by),
+            reinterpreted=keying.reinterpreted,
+        )
+
+    def sink(
+        self,
+        input_id: int,
+        sink: object,
+        parallelism: int | None = None,
+        name: str | None = None,
+        uid: str | None = None,
+        primary_key: str | Sequence[str] = (),
+        run: bool = True,
+    ) -> int:
+        """A sink of ``input_id``'s rows; ``run`` False: only to explain (SQL's ``EXPLAIN INSERT``)."""
+        if not isinstance(sink, Sink):
+            raise PlanError(f"{sink!r} is not a sink; use parquet(...), json(...), csv(...) or console()")
+        label = name or f"sink: {nodes.sink_target(sink)}"
+        node_id = self._sized(
+            nodes.SinkNode,
+            (input_id,),
+            label,
+            parallelism,
+            explicit_uid=None if uid is None else check_uid(uid),
+            sink=sink,
+            primary_key=(primary_key,) if isinstance(primary_key, str) else tuple(primary_key),
+            changelog=self.is_changelog(input_id),
+        )
+        if run:
+            self._sinks.append(node_id)
+        return node_id
+
+    def is_changelog(self, node_id: int) -> bool:
+        """Whether the rows of ``node_id`` carry row kinds in ``op`` (see ``keyflow.changelog``)."""
+        return nodes.emits_changelog(self._nodes, node_id)
+
+    def reads_unbounded(self, roots: Iterable[int] | None = None) -> bool:
+        """Whether ``roots`` (default: the sinks) read an unbounded source, so they run as a stream."""
+        needed = nodes.upstream(self._nodes, self._sinks if roots is None else roots)
+        return any(is_unbounded(node.source) for node in needed if isinstance(node, nodes.SourceNode))
+
+    def compile(self, roots: Sequence[int] | None = None) -> CompiledPlan:
+        """The plan of ``roots`` (default: every sink) and what they depend on."""
+        if roots is None and not self._sinks:
+            raise PlanError("the pipeline has no sink; end a stream with .sink(parquet('out/...')) or use .to_arrow()")
+        return compile_plan(self._nodes, tuple(self._sinks if roots is None else roots), self.config)
+
+    def plan(self) -> JobGraph:
+        """The job graph of the sinks; without sinks, of every stream nothing else reads."""
+        if self._sinks:
+            return self.compile().graph
+        consumed = {input_id for node in self._nodes.values() for input_id in node.inputs}
+        ends = tuple(node_id for node_id in self._nodes if node_id not in consumed)
+        if not ends:
+            raise PlanError("the pipeline is empty; start with p.source(datagen(...)) or p.source(files(...))")
+        return self.compile(ends).graph
+
+
+def aggregations_needed(aggregations: Mapping[str, str]) -> PlanError:
+    return PlanError(
+        f"aggregate needs name='aggregate expression' pairs such as count='count(*)', got {dict(aggregations)!r}"
+    )
+
+
+def _operator(parallelism: int | None, name: str) -> int | None:
+    return check_parallelism(parallelism, f"operator {name!r}")
