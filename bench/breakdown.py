@@ -8,7 +8,7 @@ Pieces (each line includes the ones before it):
 3. ``+ sort by key``: what ``order_by`` needs (Spark's sort within partitions);
 4. ``+ Arrow round trip``: the rows to a Python worker and back, untouched (``mapInArrow``);
 5. ``keyflow process``: the whole operator with ``order_by`` and without it.
-Then ``worker python``: ``ProcessRunner`` over 10M rows (one worker's share) fed as Arrow
+Then ``worker python``: ``KeyedRunner`` over 10M rows (one worker's share) fed as Arrow
 batches in-process, sorted by key (``order_by``) or not, at Spark's default batch size (10,000
 rows) and at keyflow's (100,000).
 
@@ -29,8 +29,9 @@ from bench.report import best_seconds, emit, progress
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan.descriptors import ValueState
 from keyflow.runtime.exchange import keyed_exchange
+from keyflow.runtime.keyed_function import UserProcess
 from keyflow.runtime.session import spark_session
-from keyflow.runtime.workers import ProcessRunner
+from keyflow.runtime.workers import KeyedRunner, KeyedTask
 from keyflow.state.durable import MemoryState
 
 
@@ -74,11 +75,12 @@ def worker_python(args: argparse.Namespace) -> None:
             }
         )
         for batch_rows in (10_000, 100_000):
-            runner = ProcessRunner(
-                running_spend, pa.schema([("user", pa.int64()), ("n", pa.int64()), ("running", pa.float64())]),
-                ("user",), ("n",) if ordered else (), {"spend": ValueState("float64")}, 27720, 1, "process",
-                MemoryState(), verify=False,
+            task = KeyedTask(
+                "process", pa.schema([("user", pa.int64()), ("n", pa.int64()), ("running", pa.float64())]),
+                ("user",), {"spend": ValueState("float64")}, 27720, 1, MemoryState(), ("n",) if ordered else (),
+                verify=False,
             )  # fmt: skip
+            runner = KeyedRunner(UserProcess(running_spend), task)
             batches = table.to_batches(max_chunksize=batch_rows)
             seconds = best_seconds(lambda: sum(b.num_rows for b in runner(iter(batches))), args.repeats)  # noqa: B023
             how = "order_by (input sorted by key)" if ordered else "arrival order (hash grouping)"

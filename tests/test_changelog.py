@@ -225,7 +225,7 @@ def _aggregate_calls(aggregates: list[Retracting], argument: pa.DataType) -> tup
             }
         ).sort_by([("k", "ascending")])
         batch = KeyedBatch.from_sorted(table, ("k",), np.zeros(table.num_rows, np.int32), 0)
-        return function(batch, KeyedState(store, store.slots(batch.keys, batch.key_groups), kinds)).to_pylist()
+        return function.process(batch, KeyedState(store, store.slots(batch.keys, batch.key_groups), kinds)).to_pylist()
 
     return function, (call, store)
 
@@ -263,7 +263,7 @@ def test_a_deleted_key_leaves_no_normalize_state() -> None:
         columns = {"id": [r[0] for r in rows], "v": [r[1] for r in rows], DELETED: [r[2] for r in rows]}
         table = pa.table(columns, schema=schema.append(pa.field(DELETED, pa.bool_())))
         batch = KeyedBatch.from_sorted(table, ("id",), np.zeros(table.num_rows, np.int32), 0)
-        return normalize(batch, KeyedState(store, store.slots(batch.keys, batch.key_groups), kinds)).to_pylist()
+        return normalize.process(batch, KeyedState(store, store.slots(batch.keys, batch.key_groups), kinds)).to_pylist()
 
     assert call([(1, "a", False)]) == [{"id": 1, "v": "a", "op": "+I"}]
     assert call([(1, "a", False)]) == []  # an upsert equal to the stored row: nothing

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from keyflow import KeyedBatch, KeyedState, Pipeline, ValueState, parquet
-from keyflow.errors import PipelineError, PlanError
+from keyflow.errors import PipelineError, PlanError, RestoreError
 from keyflow.plan.compile import compile_plan
 from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.session import spark_session
@@ -208,7 +208,7 @@ def test_streaming_aggregate_after_it_emits_what_key_by_emits(tmp_path: Path) ->
     assert len(outputs["key_by"]) > 40  # several micro-batches, keys repeated
     pd.testing.assert_frame_equal(outputs["reinterpret"], outputs["key_by"], check_dtype=False)
 
-    with pytest.raises(PlanError, match=r"operator 'aggregate' \(uid 'aggregate\[user\]'\) cannot restore its state "
+    with pytest.raises(RestoreError, match=r"operator 'aggregate' \(uid 'aggregate\[user\]'\) cannot restore its state "
                        r"from checkpoint .*: it now keeps its state as running partials, the checkpoint as merged "
                        r"partials\. Change it back"):  # fmt: skip
         totals_then_aggregate(tmp_path, "reinterpret").run(checkpoint=str(tmp_path / "ckpt-key_by"), available_now=True)

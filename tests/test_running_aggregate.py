@@ -1,5 +1,5 @@
 """The aggregate that runs in the worker after reinterpret_as_keyed (``RunningAggregate``),
-driven through the real ``ProcessRunner`` over Arrow batches in arrival order, against pandas."""
+driven through the real ``KeyedRunner`` over Arrow batches in arrival order, against pandas."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.runtime.aggregates import RunningAggregate
 from keyflow.runtime.changelog import Retracting
-from keyflow.runtime.workers import ProcessRunner
+from keyflow.runtime.workers import KeyedRunner, KeyedTask
 from keyflow.state.durable import MemoryState
 
 AGGREGATES = (
@@ -66,9 +66,8 @@ def run(frame: pd.DataFrame, batch_rows: int) -> pd.DataFrame:
     )
     function = RunningAggregate(("user",), AGGREGATES)
     types = pa.schema([table.schema.field(name) for name in ("price", "qty", "tag")])
-    runner = ProcessRunner(
-        function, OUTPUT, ("user",), (), function.state(AGGREGATES, types), 1, 1, "aggregate 'a'", MemoryState()
-    )
+    task = KeyedTask("aggregate 'a'", OUTPUT, ("user",), function.state(AGGREGATES, types), 1, 1, MemoryState())
+    runner = KeyedRunner(function, task)
     out = pa.Table.from_batches(list(runner(iter(table.to_batches(max_chunksize=batch_rows)))), schema=OUTPUT)
     return out.to_pandas().sort_values("user", ignore_index=True)
 
@@ -124,7 +123,7 @@ def test_a_nan_key_stays_nan_and_an_all_nan_group_is_nan() -> None:
     output = pa.schema([("k", pa.float64()), ("n", pa.int64()), ("low", pa.float64()), ("high", pa.float64())])
     function = RunningAggregate(("k",), aggregates)
     state = function.state(aggregates, pa.schema([table.schema.field("v")]))
-    runner = ProcessRunner(function, output, ("k",), (), state, 1, 1, "aggregate 'a'", MemoryState())
+    runner = KeyedRunner(function, KeyedTask("aggregate 'a'", output, ("k",), state, 1, 1, MemoryState()))
     got = pa.Table.from_batches(list(runner(iter(table.to_batches(max_chunksize=2)))), schema=output).to_pylist()
     nan, one, zero = got
     assert nan["k"] is not None  # the NaN key, first seen first: NaN, not null

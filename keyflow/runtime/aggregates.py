@@ -6,8 +6,6 @@ avg); the plan recognises them (``keyflow.plan.aggregates``) before Spark starts
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,6 +13,7 @@ import pyarrow.compute as pc
 from keyflow.plan.aggregates import AggregateCall
 from keyflow.plan.descriptors import StateDescriptor, ValueState
 from keyflow.runtime.changelog import Retracting, sum_type
+from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.state.keyed import KeyedBatch, KeyedState
 
 
@@ -28,14 +27,14 @@ def partials(call: AggregateCall) -> dict[str, tuple[str, str]]:
     return {f"__{call.name}": (call.function, call.expression)}
 
 
-class PartialMerge:
+class PartialMerge(KeyedFunction):
     """The ``process`` function of a streaming aggregate: one row per key per micro-batch
     (Spark's aggregate of the batch), merged into the running partials kept as state."""
 
     def __init__(self, aggregates: tuple[AggregateCall, ...], key_names: tuple[str, ...]) -> None:
         self.aggregates, self.key_names = aggregates, key_names
 
-    def __call__(self, batch: Any, state: Any) -> pa.Table:
+    def process(self, batch: KeyedBatch, state: KeyedState) -> pa.Table:
         columns = {name: batch.keys.column(name) for name in self.key_names}
         for aggregate in self.aggregates:
             merged = {}
@@ -52,12 +51,14 @@ class PartialMerge:
         return pa.table(columns)
 
 
-class RunningAggregate:
+class RunningAggregate(KeyedFunction):
     """The process function of an aggregate that runs in the worker (after
     ``reinterpret_as_keyed``, where a Spark groupBy would shuffle again): each call reduces its
     rows per key with Arrow's hash aggregation and merges the results into running state with
     :class:`PartialMerge`'s rules, so rows need no sort; :meth:`finish` emits every key the
     subtask touched, once, as key_by's aggregate does. Takes count, sum, avg, min and max."""
+
+    finishes = True
 
     def __init__(self, keys: tuple[str, ...], aggregates: tuple[Retracting, ...]) -> None:
         self.keys, self.aggregates = keys, aggregates
@@ -78,7 +79,7 @@ class RunningAggregate:
                 state[f"__{a.name}_count"] = ValueState(pa.int64())
         return state
 
-    def __call__(self, batch: KeyedBatch, state: KeyedState) -> None:
+    def process(self, batch: KeyedBatch, state: KeyedState) -> None:
         reduced = self._reduce(batch)
         for column, (rule, values) in reduced.items():
             state[column].update(_merge(rule, state[column].get(), values))

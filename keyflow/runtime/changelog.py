@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from keyflow.changelog import DELETE, DELETED, INSERT, OP, UPDATE_AFTER, UPDATE_BEFORE
 from keyflow.plan.descriptors import MapState, StateDescriptor, ValueState
+from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.state.keyed import KeyedBatch, KeyedState
 
 SIGN = "__sign"  # +1 for a row that adds, -1 for a retraction
@@ -29,7 +30,7 @@ def _row_state(column: str) -> str:
     return f"__row_{column}"
 
 
-class Normalize:
+class Normalize(KeyedFunction):
     """The process function of a NormalizeNode; it receives whole keys sorted by their source offset,
     so the last row of a key is its newest version."""
 
@@ -41,7 +42,7 @@ class Normalize:
         values = [field for field in schema if field.name not in keys]
         return {EXISTS: ValueState(pa.bool_()), **{_row_state(f.name): ValueState(f.type) for f in values}}
 
-    def __call__(self, batch: KeyedBatch, state: KeyedState) -> pa.Table:
+    def process(self, batch: KeyedBatch, state: KeyedState) -> pa.Table:
         newest = batch.data.take(pa.array(batch.starts + batch.counts - 1))
         deleted = newest.column(DELETED).to_numpy(zero_copy_only=False).astype(bool)
         existed = state[EXISTS].get().fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
@@ -91,7 +92,7 @@ def sum_type(argument: pa.DataType) -> pa.DataType:
     return pa.int64() if pa.types.is_integer(argument) else pa.float64()
 
 
-class RetractingAggregate:
+class RetractingAggregate(KeyedFunction):
     """The process function of a changelog aggregate: rows carry ``SIGN`` and the arguments."""
 
     def __init__(self, keys: tuple[str, ...], aggregates: tuple[Retracting, ...], every_key: bool = False) -> None:
@@ -99,7 +100,7 @@ class RetractingAggregate:
         ``key_by(...).aggregate``), instead of only changed results (a changelog)."""
         self.keys, self.aggregates, self.every_key = keys, aggregates, every_key
 
-    def __call__(self, batch: KeyedBatch, state: KeyedState) -> pa.Table:
+    def process(self, batch: KeyedBatch, state: KeyedState) -> pa.Table:
         keys, sign = batch.key_index, batch.data.column(SIGN).to_numpy(zero_copy_only=False).astype(np.int64)
         rows_before = state[ROWS].get().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         rows_after = rows_before + np.bincount(keys, weights=sign, minlength=batch.num_keys).astype(np.int64)

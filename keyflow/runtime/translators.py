@@ -23,13 +23,14 @@ from keyflow.errors import NullKeysError, PlanError, encode
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import physical
 from keyflow.plan.columns import missing_order_by_message
-from keyflow.plan.descriptors import ValueState
+from keyflow.plan.descriptors import StateDescriptor, ValueState
 from keyflow.plan.graph import Operator
 from keyflow.plan.nodes import KeyedNode
 from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
 from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
 from keyflow.runtime.errors import first_line
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
+from keyflow.runtime.keyed_function import KeyedFunction, UserProcess
 from keyflow.runtime.keygroups import key_group_column
 from keyflow.runtime.operators import (
     AdaptiveExchange,
@@ -39,7 +40,7 @@ from keyflow.runtime.operators import (
     map_in_arrow,
     session_timezone,
 )
-from keyflow.runtime.workers import ProcessRunner
+from keyflow.runtime.workers import KeyedRunner, KeyedTask
 from keyflow.state.durable import CheckpointedState, MemoryState
 
 
@@ -95,20 +96,20 @@ class KeyedContext:
     def run(
         self,
         exchanged: DataFrame,
-        function: Any,
+        function: KeyedFunction,
         schema: pa.Schema,
-        state: Mapping[str, Any],
+        state: Mapping[str, StateDescriptor],
         order_by: tuple[str, ...],
         unique_keys: bool = False,
     ) -> DataFrame:
         """The keyed function over each subtask's rows, in the workers."""
         node = self.node
-        runner = ProcessRunner(
-            function, schema, node.keys, order_by, dict(state), self.max_parallelism, self.operator.parallelism,
-            f"{node.kind} {node.name!r}", self.keyed_state or MemoryState(), node.reinterpreted, self.verify,
-            self.report_keys, self.ranges, self.side, unique_keys,
+        task = KeyedTask(
+            f"{node.kind} {node.name!r}", schema, node.keys, dict(state), self.max_parallelism,
+            self.operator.parallelism, self.keyed_state or MemoryState(), order_by, node.reinterpreted, self.verify,
+            self.report_keys, self.ranges, unique_keys,
         )  # fmt: skip
-        return map_in_arrow(exchanged, runner, schema, node)
+        return map_in_arrow(exchanged, KeyedRunner(function, task), schema, node)
 
 
 def translate_keyed(operator: physical.KeyedOperator, frame: DataFrame, context: KeyedContext) -> DataFrame:
@@ -139,7 +140,7 @@ def _process(operator: physical.KeyedProcess, frame: DataFrame, context: KeyedCo
     exchanged = context.exchange(frame, keep_key_group=True)
     if node.order_by:  # whole keys per call; without order_by the worker groups each batch by hashing
         exchanged = exchanged.sortWithinPartitions(*node.keys)
-    return context.run(exchanged, node.function, schema, node.state, node.order_by)
+    return context.run(exchanged, UserProcess(node.function, context.side), schema, node.state, node.order_by)
 
 
 def _group_by(operator: physical.GroupByAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:

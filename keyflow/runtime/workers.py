@@ -1,24 +1,26 @@
 """Code that runs inside Spark's Python workers, over Arrow record batches.
 
-Both runners are pickled to the workers by ``mapInArrow``. Every failure is re-raised as a
-``WorkerError`` (a keyflow error naming the operator, encoded) so the driver rebuilds it.
+Both runners (``map_batches``'s and a keyed subtask's) are pickled to the workers by
+``mapInArrow``. Every failure is re-raised as a ``WorkerError`` (a keyflow error naming the
+operator, encoded) so the driver rebuilds it.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-from pyspark import Broadcast, TaskContext
+from pyspark import TaskContext
 
 from keyflow.errors import DataError, PipelineError, WorkerError
 from keyflow.keygroups import KEY_GROUP_COLUMN, key_group_range
 from keyflow.plan.descriptors import ListState, MapState, StateDescriptor
-from keyflow.runtime.aggregates import RunningAggregate
+from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.schemas import ColumnsDifferError, TypesDifferError, conform_to
 from keyflow.state.durable import CheckpointedState, MemoryState
 from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView, key_boundaries
@@ -75,76 +77,79 @@ class BatchMapper:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             argument = batch.to_pandas() if self.batch_format == "pandas" else batch
-            result = _call_user(self.function, self.operator, argument)
+            result = _call(self.function, self.operator, argument)
             yield from conform(result, self.schema, self.operator).to_batches()
 
 
-class ProcessRunner:
-    """``process``: one call per Arrow batch of a subtask's rows, grouped by key.
+@dataclass(frozen=True)
+class KeyedTask:
+    """What a keyed subtask runs besides its function: the operator's name and output schema,
+    its keys, the declared state and where it lives, and how rows reach it.
 
     With ``order_by``, rows arrive sorted by key (Spark sorts them) and every call receives
     whole keys sorted by ``order_by`` (Arrow sorts each batch; the rows of the batch's last
     key wait for the next batch), so a key's rows are seen in order. Without it, rows arrive
     in any order and each batch is grouped by hashing its keys (no sort anywhere); a key's
-    rows may span calls, in arrival order, and state carries them.
-    """
+    rows may span calls, in arrival order, and state carries them. ``report_keys``: a
+    pre-keyed source's operator reports the keys new to its state and those seen under
+    another key group, for the driver's one-split-per-key check. ``ranges``: each subtask's
+    key groups where a batch job decided them from the bytes (auto-parallelism), instead of
+    the even ranges of ``parallelism``. ``unique_keys``: each row has a key of its own (a
+    streaming aggregate's merge receives Spark's one row per key): no grouping needed."""
 
-    def __init__(
-        self,
-        function: Callable[..., Any],
-        schema: pa.Schema,
-        keys: tuple[str, ...],
-        order_by: tuple[str, ...],
-        state: dict[str, StateDescriptor],
-        max_parallelism: int,
-        parallelism: int,
-        operator: str,
-        keyed_state: MemoryState | CheckpointedState,
-        reinterpreted: bool = False,
-        verify: bool = True,
-        report_keys: bool = False,
-        ranges: tuple[tuple[int, int], ...] | None = None,
-        side: Broadcast[pa.Table] | None = None,
-        unique_keys: bool = False,
-    ) -> None:
-        """``report_keys``: a pre-keyed source's operator reports the keys new to its state and
-        those seen under another key group, for the driver's one-split-per-key check.
-        ``ranges``: each subtask's key groups where a batch job decided them from the bytes
-        (auto-parallelism), instead of the even ranges of ``parallelism``. ``side``: a broadcast
-        side input (a Spark broadcast: shipped once per executor), passed whole to every call.
-        ``unique_keys``: each row has a key of its own (a streaming aggregate's merge receives
-        Spark's one row per key), so a batch needs no grouping."""
-        self.function, self.schema, self.keys, self.order_by, self.state = function, schema, keys, order_by, state
-        self.max_parallelism, self.parallelism, self.operator = max_parallelism, parallelism, operator
-        self.keyed_state, self.reinterpreted, self.verify = keyed_state, reinterpreted, verify
-        self.report_keys, self.ranges = report_keys, ranges
-        self.side, self.unique_keys = side, unique_keys
+    operator: str
+    schema: pa.Schema
+    keys: tuple[str, ...]
+    state: dict[str, StateDescriptor]
+    max_parallelism: int
+    parallelism: int
+    keyed_state: MemoryState | CheckpointedState
+    order_by: tuple[str, ...] = ()
+    reinterpreted: bool = False
+    verify: bool = True
+    report_keys: bool = False
+    ranges: tuple[tuple[int, int], ...] | None = None
+    unique_keys: bool = False
+
+
+class KeyedRunner:
+    """One keyed subtask: its rows grouped by key, its state restored and written, its
+    :class:`~keyflow.runtime.keyed_function.KeyedFunction` driven (open, process each batch,
+    finish, close). Pickled to the workers by ``mapInArrow``."""
+
+    def __init__(self, function: KeyedFunction, task: KeyedTask) -> None:
+        self.function, self.task = function, task
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        task = self.task
         context = TaskContext.get()
         self._subtask = context.partitionId() if context else 0
         self._range = (
-            self.ranges[self._subtask]
-            if self.ranges
-            else key_group_range(self.max_parallelism, self.parallelism, self._subtask)
+            task.ranges[self._subtask]
+            if task.ranges
+            else key_group_range(task.max_parallelism, task.parallelism, self._subtask)
         )
-        tables = _whole_keys(batches, self.keys) if self.order_by else _tables(batches)
+        tables = _whole_keys(batches, task.keys) if task.order_by else _tables(batches)
         first = next(tables, None)
-        if first is None and not self.keyed_state.must_write(self._subtask):
+        if first is None and not task.keyed_state.must_write(self._subtask):
             return  # no rows: nothing to restore, nothing to write (a micro-batch a filter emptied)
-        self._store = self.keyed_state.open(self.state, self._subtask, *self._range)
-        self._kinds = {name: view_kind(descriptor) for name, descriptor in self.state.items()}
+        self._store = task.keyed_state.open(task.state, self._subtask, *self._range)
+        self._kinds = {name: view_kind(descriptor) for name, descriptor in task.state.items()}
         self._reports: list[pa.Table] = []
+        _call(self.function.open, task.operator, self._subtask, self._range)
         for table in itertools.chain([first] if first is not None else [], tables):
             yield from self._run(table)
-        # A running aggregate emits each key it touched once, at the end of the subtask.
-        if isinstance(self.function, RunningAggregate) and len(touched := self._store.touched()):
+        if self.function.finishes and len(touched := self._store.touched()):
             state = KeyedState(self._store, touched, self._kinds)
-            final = self.function.finish(self._store.keys(touched), state)
-            yield from conform(final, self.schema, self.operator).to_batches()
-        self.keyed_state.close(self._store, self._subtask, *self._range)
+            yield from self._emit(_call(self.function.finish, task.operator, self._store.keys(touched), state))
+        task.keyed_state.close(self._store, self._subtask, *self._range)
         if self._reports:
-            self.keyed_state.report_keys(pa.concat_tables(self._reports), *self._range)
+            task.keyed_state.report_keys(pa.concat_tables(self._reports), *self._range)
+        _call(self.function.close, task.operator)
+
+    def _emit(self, result: Any) -> Iterator[pa.RecordBatch]:
+        if result is not None:
+            yield from conform(result, self.task.schema, self.task.operator).to_batches()
 
     def _report(self, keys: pa.Table, key_groups: npt.NDArray[np.int32], previous: npt.NDArray[np.int32]) -> None:
         """Keys new to this subtask's state, or known here under another key group (split)."""
@@ -156,40 +161,38 @@ class ProcessRunner:
             self._reports.append(rows.append_column(PREVIOUS_KEY_GROUP, pa.array(known, pa.int32(), mask=known < 0)))
 
     def _run(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
-        if self.order_by:
-            table = table.sort_by([(column, "ascending") for column in (*self.keys, *self.order_by)])
+        task = self.task
+        if task.order_by:
+            table = table.sort_by([(column, "ascending") for column in (*task.keys, *task.order_by)])
         key_groups = table.column(KEY_GROUP_COLUMN).to_numpy().astype(np.int32)
         first, last = self._range
-        if self.verify and (key_groups.min() < first or key_groups.max() > last):
+        if task.verify and (key_groups.min() < first or key_groups.max() > last):
             raise WorkerError(DataError(self._outside_range(table, key_groups, first, last)))
         rows = table.drop_columns([KEY_GROUP_COLUMN])
-        if self.unique_keys:
-            keyed = _one_row_per_key(rows, self.keys, key_groups, self._subtask)
+        if task.unique_keys:
+            keyed = _one_row_per_key(rows, task.keys, key_groups, self._subtask)
         else:
-            group = KeyedBatch.from_sorted if self.order_by else KeyedBatch.from_rows
-            keyed = group(rows, self.keys, key_groups, self._subtask)
+            group = KeyedBatch.from_sorted if task.order_by else KeyedBatch.from_rows
+            keyed = group(rows, task.keys, key_groups, self._subtask)
         slots, previous = self._store.slots_and_key_groups(keyed.keys, keyed.key_groups)
-        if self.report_keys:
+        if task.report_keys:
             self._report(keyed.keys, keyed.key_groups, previous)
             first_of_key = keyed.key_groups[keyed.key_index]
             mixed = keyed.row_key_groups != first_of_key  # rows of one key from two splits, in this call
             if mixed.any():
                 self._report(keyed.keys.take(keyed.key_index[mixed]), keyed.row_key_groups[mixed], first_of_key[mixed])
         state = KeyedState(self._store, slots, self._kinds)
-        arguments = () if self.side is None else (self.side.value,)
-        result = _call_user(self.function, self.operator, keyed, state, *arguments)
-        if not isinstance(self.function, RunningAggregate):
-            yield from conform(result, self.schema, self.operator).to_batches()
+        yield from self._emit(_call(self.function.process, self.task.operator, keyed, state))
 
     def _outside_range(self, table: pa.Table, key_groups: npt.NDArray[np.int32], first: int, last: int) -> str:
         outside = np.flatnonzero((key_groups < first) | (key_groups > last))
-        where = f"{self.operator}: subtask {self._subtask} (key groups {first}..{last}) received"
-        if not self.reinterpreted:
+        where = f"{self.task.operator}: subtask {self._subtask} (key groups {first}..{last}) received"
+        if not self.task.reinterpreted:
             return f"{where} key groups outside its range; the keyed exchange is broken (please report this)"
-        key = {name: table.column(name)[int(outside[0])].as_py() for name in self.keys}
+        key = {name: table.column(name)[int(outside[0])].as_py() for name in self.task.keys}
         return (
             f"{where} {len(outside)} row(s) of other subtasks' key groups, e.g. key {key} in key group "
-            f"{int(key_groups[outside[0]])}: the stream is not keyed by {list(self.keys)} as reinterpret_as_keyed "
+            f"{int(key_groups[outside[0]])}: the stream is not keyed by {list(self.task.keys)} as reinterpret_as_keyed "
             "declared (were the key columns changed?); use key_by(...), or set pipeline.pre-keyed.verify=off "
             "only if the keys are right"
         )
@@ -233,7 +236,8 @@ def view_kind(descriptor: StateDescriptor) -> type[ValueStateView]:
     return ValueStateView
 
 
-def _call_user(function: Callable[..., Any], operator: str, *arguments: Any) -> Any:
+def _call(function: Callable[..., Any], operator: str, *arguments: Any) -> Any:
+    """A user's function, or a keyed kind's step: a failure names the operator."""
     try:
         return function(*arguments)
     except WorkerError:

@@ -1,0 +1,50 @@
+"""The worker protocol every keyed kind runs by: open, process a batch, finish, close.
+
+A keyed subtask's runner (:class:`keyflow.runtime.workers.KeyedRunner`) drives one
+:class:`KeyedFunction`: ``open`` once per subtask run, ``process`` for each batch of keys
+with their state, ``finish`` at the end of the subtask's input with the keys the run
+touched (a running aggregate emits them there; event-time timers will fire there), and
+``close`` last. A result of None emits nothing; any other result is conformed to the
+operator's schema. A user's ``process`` function is run through :class:`UserProcess`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pyspark import Broadcast
+
+from keyflow.state.keyed import KeyedBatch, KeyedState
+
+
+class KeyedFunction:
+    """A keyed operator's function in the workers; kinds override what they need."""
+
+    finishes: ClassVar[bool] = False  # whether ``finish`` may emit (only then are the touched keys gathered)
+
+    def open(self, subtask: int, key_groups: tuple[int, int]) -> None:
+        """Before the subtask's first batch (its index and key-group range)."""
+
+    def process(self, batch: KeyedBatch, state: KeyedState) -> Any:
+        """Rows of a batch of keys, with those keys' state: the rows to emit, or None."""
+        raise NotImplementedError
+
+    def finish(self, keys: pa.Table, state: KeyedState) -> Any:
+        """After the subtask's last batch, with the keys this run touched: rows, or None."""
+        return None
+
+    def close(self) -> None:
+        """After ``finish`` and after the state was written."""
+
+
+class UserProcess(KeyedFunction):
+    """A ``process(fn)`` function: ``fn(batch, state)``, or ``fn(batch, state, side)`` with a
+    broadcast side input (shipped once per executor, passed whole to every call)."""
+
+    def __init__(self, function: Callable[..., Any], side: Broadcast[pa.Table] | None = None) -> None:
+        self.function, self.side = function, side
+
+    def process(self, batch: KeyedBatch, state: KeyedState) -> Any:
+        return self.function(batch, state) if self.side is None else self.function(batch, state, self.side.value)
