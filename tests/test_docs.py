@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import doctest
+import re
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,19 @@ def test_the_scheduler_timelines_of_the_docs_are_drawn(tmp_path: Path) -> None:
     assert changes("min-parallelism-increase")[1:] == [(70, 2, 5), (190, 5, 6)]
     assert changes("resource-stabilization-timeout") == [(10, 0, 4), (40, 4, 2)]
     assert changes("resource-wait-timeout") == [(5, 0, 2), (50, 2, 0)]
+
+
+def test_user_docs_link_only_to_files_in_the_repository() -> None:
+    """Every relative link in README.md and docs/ resolves to a file of this repository (a
+    user's clone has nothing beside it)."""
+    root = Path(__file__).resolve().parent.parent
+    broken = []
+    for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text) + re.findall(r"`(\.\./[^`\s]+)`", text):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            resolved = (page.parent / target).resolve()
+            if not resolved.is_relative_to(root) or not resolved.exists():
+                broken.append(f"{page.relative_to(root)}: {target}")
+    assert broken == []
