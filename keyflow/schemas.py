@@ -26,11 +26,43 @@ def conform_to(table: pa.Table, schema: pa.Schema) -> pa.Table:
         raise TypesDifferError(str(error)) from None
 
 
-def ddl_names(schema: object) -> tuple[str, ...] | None:
-    """The column names of a DDL string (``"user string, n bigint"``) or an Arrow schema."""
-    names = getattr(schema, "names", None)
-    if names is not None:
-        return tuple(names)
+Type = str | None
+"""A column's type as far as the plan's checks tell types apart: ``numeric``, ``string``,
+``boolean``, ``date``, ``timestamp``, ``array``, ``struct``, ``map``; None where not known or
+none of these. Spark's own type is decided when it reads the data."""
+
+_ARROW_TYPES = (
+    (pa.types.is_boolean, "boolean"),
+    (pa.types.is_date, "date"),
+    (pa.types.is_timestamp, "timestamp"),
+    (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "string"),
+    (lambda t: pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t), "numeric"),
+    (lambda t: pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t), "array"),
+    (pa.types.is_struct, "struct"),
+    (pa.types.is_map, "map"),
+)
+_T = exp.DataType.Type
+_DDL_TYPES = {
+    **dict.fromkeys(exp.DataType.NUMERIC_TYPES, "numeric"),
+    **dict.fromkeys(exp.DataType.TEXT_TYPES, "string"),
+    **dict.fromkeys((_T.TIMESTAMP, _T.TIMESTAMPTZ, _T.TIMESTAMPNTZ, _T.TIMESTAMPLTZ), "timestamp"),
+    _T.BOOLEAN: "boolean",
+    _T.DATE: "date",
+    _T.ARRAY: "array",
+    _T.STRUCT: "struct",
+    _T.MAP: "map",
+}
+
+
+def arrow_type(type_: pa.DataType) -> Type:
+    """The :data:`Type` of an Arrow type."""
+    return next((name for test, name in _ARROW_TYPES if test(type_)), None)
+
+
+def schema_columns(schema: object) -> dict[str, Type] | None:
+    """The columns and types of a DDL string (``"user string, n bigint"``) or an Arrow schema."""
+    if isinstance(schema, pa.Schema):
+        return {field.name: arrow_type(field.type) for field in schema}
     if not isinstance(schema, str):
         return None
     try:
@@ -40,4 +72,4 @@ def ddl_names(schema: object) -> tuple[str, ...] | None:
     columns = created.this.expressions
     if not columns or not all(isinstance(column, exp.ColumnDef) for column in columns):
         return None  # a form sqlglot reads otherwise (``name: type``): Spark knows it
-    return tuple(column.name for column in columns)
+    return {column.name: _DDL_TYPES.get(column.kind.this) if column.kind else None for column in columns}

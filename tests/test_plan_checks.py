@@ -1,6 +1,7 @@
 """Everything checkable without data is checked when the plan is built, before any Spark:
-aggregate expressions (parsed with sqlglot), key, ``order_by`` and aggregate columns against
-the sources' known columns, contradicting options, splits of a pre-keyed source. These
+aggregate expressions (parsed with sqlglot), key, ``order_by``, sink primary key, aggregate
+and expression columns against the sources' known columns, ``sum``/``avg`` of a type Spark
+refuses, contradicting options, splits of a pre-keyed source. These
 tests are not marked ``jvm``: the test plugin refuses Spark and Java to them, so passing
 proves that no JVM started."""
 
@@ -14,7 +15,20 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from keyflow import Log, Pipeline, ValueState, datagen, files, log, parquet, random_int, sequence
+from keyflow import (
+    Log,
+    Pipeline,
+    ValueState,
+    choice,
+    datagen,
+    files,
+    log,
+    parquet,
+    random_int,
+    random_string,
+    sequence,
+    timestamp,
+)
 from keyflow.cli.app import app
 from keyflow.errors import PlanError, RestoreError
 from keyflow.plan.aggregates import mergeable, parse_aggregations, retractable
@@ -42,6 +56,9 @@ events.key_by("user").process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, or
 events.key_by("user").aggregate(bad="sum(").sink(parquet({out!r} + "/e"))
 pre_keyed = pipeline.source(log({log!r})).reinterpret_as_keyed("user")
 pre_keyed.aggregate(n="count(*)").sink(parquet({out!r} + "/f"))
+events.filter("amout > 0").sink(parquet({out!r} + "/g"), primary_key="usr")
+flags = events.key_by("user").process(running_total, "user string, ok boolean", state=TOTAL_STATE)
+flags.key_by("user").aggregate(oks="sum(ok)").sink(parquet({out!r} + "/h"))
 """
 
 
@@ -61,6 +78,10 @@ def test_keyflow_plan_reports_every_mistake_at_once_one_line_each(tmp_path: Path
         r"aggregate bad='sum\(' is not a SQL expression",
         r"source 'source: log' \(pre-keyed by \['user'\]\): the source has 9 splits, more than the max "
         r"parallelism 8.*Set pipeline.max-parallelism to at least 9",
+        r"operator 'filter' \(filter\): 'amout > 0' reads column 'amout', which is not among its input's columns "
+        r"\['user', 'amount', 'seq'\]; did you mean 'amount'\?",
+        r"sink 'sink: .*/g': primary key column\(s\) \['usr'\] are not among its input's columns",
+        r"aggregate oks='sum\(ok\)' adds up column 'ok' of type boolean, which Spark refuses",
     ]
     assert len(lines) == len(expected), result.output
     for pattern in expected:
@@ -91,7 +112,12 @@ def test_a_correct_pipeline_still_plans(tmp_path: Path) -> None:
     events.select("USER", "amount").key_by("user").aggregate(n="count(*)").sink(parquet(tmp_path / "g"))
     colons = events.key_by("user").process(running_total, "user: string, seq: bigint, total: bigint", order_by="seq")
     colons.key_by("user").aggregate(n="count(*)").sink(parquet(tmp_path / "h"))
-    assert len(p.compile().sinks) == 8
+    lateral = events.select("amount * 2 AS twice", "twice + 1 AS more", "current_date", "user").with_columns(
+        a="more + 1", b="a + 1", c="transform(array(twice), x -> x + more)", d="payload:item"
+    )  # lateral aliases, lambda variables, functions without parentheses; ':' is Spark's, not sqlglot's
+    lateral.filter("amount > 0").sink(parquet(tmp_path / "i"), primary_key="user")  # Spark finds amount below
+    events.select("user", "amount").filter("seq > 0").sink(parquet(tmp_path / "j"))
+    assert len(p.compile().sinks) == 10
 
 
 def test_a_batch_aggregate_takes_any_spark_aggregate_but_a_stream_only_mergeable_ones(tmp_path: Path) -> None:
@@ -110,6 +136,60 @@ def test_a_batch_aggregate_takes_any_spark_aggregate_but_a_stream_only_mergeable
     assert [problem.split(":")[1].split("=")[0].strip() for problem in raised.value.problems] == [
         "aggregate users",
         "aggregate median",
+    ]
+
+
+def _problems(pipeline: Pipeline) -> list[str]:
+    with pytest.raises(PlanError) as raised:
+        pipeline.compile()
+    return list(raised.value.problems)
+
+
+def test_expressions_reading_columns_their_input_lacks_are_plan_errors(tmp_path: Path) -> None:
+    Log.create(tmp_path / "log", 3, EVENTS)
+    p = Pipeline(parallelism=2)
+    events = p.source(log(str(tmp_path / "log")))
+    events.select("user", "amout * 2 AS double").sink(parquet(tmp_path / "a"))
+    events.with_columns(flag="zzz > 1").set_name("flagged").sink(parquet(tmp_path / "b"))
+    events.filter("Seq > 1 and exists(array(amount), x -> x > limit)").sink(parquet(tmp_path / "c"))
+    assert _problems(p) == [
+        "operator 'select' (select): 'amout * 2 AS double' reads column 'amout', which is not among its input's "
+        "columns ['user', 'amount', 'seq']; did you mean 'amount'?",
+        "operator 'flagged' (with_columns): 'zzz > 1' reads column 'zzz', which is not among its input's columns "
+        "['user', 'amount', 'seq']; name a column of its input",
+        "operator 'filter' (filter): 'Seq > 1 and exists(array(amount), x -> x > limit)' reads column 'limit', "
+        "which is not among its input's columns ['user', 'amount', 'seq']; name a column of its input",
+    ]
+
+
+def test_a_sinks_primary_key_must_be_among_its_input_columns(tmp_path: Path) -> None:
+    p = Pipeline(parallelism=2)
+    generated = p.source(datagen(rows=10, fields={"k": random_int(1, 5), "n": sequence()}))
+    generated.select("k").sink(parquet(tmp_path / "a"), primary_key=["k", "n"], name="out")
+    assert _problems(p) == [
+        "sink 'out': primary key column(s) ['n'] are not among its input's columns ['k']; name columns of the "
+        "stream in primary_key"
+    ]
+
+
+def test_sum_and_avg_of_a_type_spark_refuses_are_plan_errors(tmp_path: Path) -> None:
+    """Spark 4 refuses sum/avg of booleans and dates (and arrays, structs, maps); strings and
+    timestamps it casts to double, so those pass."""
+    p = Pipeline(parallelism=2)
+    fields = {"k": random_int(1, 5), "ok": choice([True, False]), "s": random_string(), "t": timestamp()}
+    generated = p.source(datagen(rows=10, fields=fields))
+    generated.key_by("k").aggregate(a="sum(ok)", b="avg(s)", c="sum(t)", d="max(ok)", e="sum(cast(ok as int))").sink(
+        parquet(tmp_path / "a")
+    )
+    dates = generated.key_by("k").process(running_total, "k bigint, day date, xs array<int>", order_by="k")
+    dates.key_by("k").aggregate(a="mean(day)", b="sum(`xs`)").sink(parquet(tmp_path / "b"))
+    assert [problem.split(": ", 1)[1] for problem in _problems(p)] == [
+        "aggregate a='sum(ok)' adds up column 'ok' of type boolean, which Spark refuses (it needs a number); cast "
+        "it in with_columns(...) before, or aggregate another column",
+        "aggregate a='mean(day)' adds up column 'day' of type date, which Spark refuses (it needs a number); cast "
+        "it in with_columns(...) before, or aggregate another column",
+        "aggregate b='sum(`xs`)' adds up column '`xs`' of type array, which Spark refuses (it needs a number); cast "
+        "it in with_columns(...) before, or aggregate another column",
     ]
 
 

@@ -85,6 +85,14 @@ class KnowsColumns(Protocol):
 
 
 @runtime_checkable
+class KnowsTypes(KnowsColumns, Protocol):
+    """A source that also knows its columns' types when the pipeline is built: each column's
+    :data:`keyflow.schemas.Type` (None where it cannot tell), so aggregates are checked too."""
+
+    def column_types(self) -> dict[str, str | None]: ...
+
+
+@runtime_checkable
 class ChangelogSource(KnowsColumns, Protocol):
     """A source whose rows may be changes: ``changelog_mode`` is ``insert`` (rows are
     inserts), ``upsert`` (a row replaces its primary key's; its other columns all null

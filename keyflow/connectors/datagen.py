@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from keyflow.errors import PlanError, positive_option
+from keyflow.schemas import Type, arrow_type
 
 _MANTISSA = (1 << 53) - 1
 
@@ -29,6 +31,21 @@ class Field:
 
     def describe(self) -> str:
         return f"{self.kind}({', '.join(f'{k}={v!r}' for k, v in self.params)})"
+
+    @property
+    def type(self) -> Type:
+        """What the plan checks know of the column's type before Spark computes it."""
+        p = dict(self.params)
+        match self.kind:
+            case "random_string":
+                return "string"
+            case "zipf" if p["prefix"] is not None:
+                return "string"
+            case "timestamp":
+                return "timestamp"
+            case "choice":
+                return _choice_type(p["values"])
+        return "numeric"
 
     def column(self, row: Column, uniform: Column) -> Column:
         p = dict(self.params)
@@ -51,6 +68,13 @@ class Field:
             case "timestamp":
                 return F.timestamp_micros(F.lit(p["start_micros"]) + row * F.lit(p["step_ms"] * 1000))
         raise AssertionError(self.kind)
+
+
+def _choice_type(values: tuple[Any, ...]) -> Type:
+    try:
+        return arrow_type(pa.array(values).type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None  # mixed values: Spark decides
 
 
 def _zipf(uniform: Column, n: int, exponent: float, prefix: str | None) -> Column:
@@ -160,6 +184,9 @@ class DatagenSource:
 
     def column_names(self) -> tuple[str, ...]:
         return tuple(self.fields)
+
+    def column_types(self) -> dict[str, Type]:
+        return {name: field.type for name, field in self.fields.items()}
 
     def read(self, spark: SparkSession, parallelism: int) -> DataFrame:
         """Exactly ``parallelism`` partitions of generated rows."""

@@ -24,6 +24,7 @@ from keyflow.connectors.log import Log, check_key_columns
 from keyflow.errors import KeyflowError, PlanError, positive_option
 from keyflow.keygroups import KEY_GROUP_COLUMN, split_key_groups, subtask_for_key_group
 from keyflow.paths import absolute, filesystem, write_atomically
+from keyflow.schemas import Type, schema_columns
 
 
 class RowRangeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -303,6 +304,9 @@ class LogStreamSource:
 
     def column_names(self) -> tuple[str, ...]:
         return tuple(self.schema.names)
+
+    def column_types(self) -> dict[str, Type]:
+        return schema_columns(self.schema) or {}
 
     def current_splits(self) -> int:
         """The log's number of splits now (splits may be added while a pipeline runs)."""

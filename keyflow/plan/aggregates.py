@@ -33,7 +33,7 @@ class AggregateCall:
     arguments: tuple[str, ...]  # Spark SQL text of each argument; () for count(*)
     distinct: bool
     filtered: bool
-    columns: frozenset[str]  # the input columns it reads (empty when it cannot tell: lambdas)
+    columns: frozenset[str]  # the input columns it reads
     rows: bool = False  # count(*) or count(1): counts rows
     parsed: bool = True  # False: not SQL sqlglot reads (Spark may: a batch aggregate passes it on)
 
@@ -110,7 +110,7 @@ def retractable(operator: str, calls: tuple[AggregateCall, ...], where: str) -> 
 
 
 def _call(name: str, expression: str, tree: exp.Expr) -> AggregateCall:
-    columns = frozenset() if tree.find(exp.Lambda) else frozenset(_root_column(c) for c in tree.find_all(exp.Column))
+    columns = read_columns(tree)
     while isinstance(tree, (exp.Paren, exp.IgnoreNulls, exp.RespectNulls)):  # as Spark's parser reads them
         tree = tree.this
     filtered = isinstance(tree, exp.Filter)
@@ -162,6 +162,9 @@ def _argument_texts(expression: str) -> list[str] | None:
     return None
 
 
-def _root_column(column: exp.Column) -> str:
-    """``s.field`` reads column ``s`` (a struct); ``x`` reads ``x``."""
-    return column.parts[0].name
+def read_columns(tree: exp.Expr) -> frozenset[str]:
+    """The input columns an expression reads: ``s.field`` reads column ``s`` (a struct);
+    the variables of its lambdas (``x -> x + 1``) are no columns."""
+    bound = {variable.name.lower() for lam in tree.find_all(exp.Lambda) for variable in lam.expressions}
+    roots = (column.parts[0].name for column in tree.find_all(exp.Column) if not column.is_star)
+    return frozenset(root for root in roots if root.lower() not in bound)

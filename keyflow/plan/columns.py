@@ -1,21 +1,25 @@
 """The columns each operator outputs, where the plan can tell without Spark; the checks on them.
 
-Sources that know their columns before reading (the log, datagen) let
-the plan find a misspelt key, ``order_by`` or aggregate column before a SparkSession starts.
+Sources that know their columns before reading (the log, datagen) let the plan find a
+misspelt key, ``order_by``, sink primary key or aggregate column, a column an expression of
+``select``/``filter``/``with_columns`` reads but its input lacks, and a ``sum``/``avg`` of a
+column Spark refuses to add (boolean, date, array, struct, map) before a SparkSession starts.
 Where an operator's output cannot be told (a ``map_batches`` without a schema, a select of
-computed expressions Spark names itself), nothing after it is checked here: Spark checks it.
+computed expressions Spark names itself) nothing after it is checked here, and an expression
+sqlglot cannot read is passed on: Spark checks both.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 import sqlglot
 from sqlglot import exp
 
 from keyflow.changelog import OP
-from keyflow.connectors.base import KnowsColumns
-from keyflow.plan.aggregates import parse_aggregations
+from keyflow.connectors.base import KnowsColumns, KnowsTypes
+from keyflow.plan.aggregates import AggregateCall, parse_aggregations, read_columns
 from keyflow.plan.nodes import (
     AggregateNode,
     FilterNode,
@@ -25,12 +29,18 @@ from keyflow.plan.nodes import (
     NormalizeNode,
     ProcessNode,
     SelectNode,
+    SinkNode,
     SourceNode,
     WithColumnsNode,
 )
-from keyflow.schemas import ddl_names
+from keyflow.schemas import Type, schema_columns
 
-Columns = tuple[str, ...] | None  # None: not known before Spark runs
+Columns = dict[str, Type] | None  # each column's type; None: the columns are not known before Spark runs
+
+NOT_SUMMABLE = ("boolean", "date", "array", "struct", "map")  # Spark 4 refuses sum/avg of these (strings it casts)
+NILADIC = {"user", "current_user", "session_user", "current_catalog", "current_database", "current_schema",
+           "current_date", "current_timestamp", "current_time", "localtimestamp"}  # fmt: skip
+"""Names Spark reads as a function call where no column has them (``select current_date``)."""
 
 
 def output_columns(nodes: Mapping[int, Node], node_id: int, known: dict[int, Columns]) -> Columns:
@@ -42,76 +52,162 @@ def output_columns(nodes: Mapping[int, Node], node_id: int, known: dict[int, Col
 
 def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) -> Columns:
     if isinstance(node, SourceNode):
-        return node.source.column_names() if isinstance(node.source, KnowsColumns) else None
+        return _source_columns(node.source)
     if isinstance(node, (MapBatchesNode, ProcessNode)):
-        return ddl_names(node.schema)
+        return schema_columns(node.schema)
     upstream = output_columns(nodes, node.inputs[0], known) if node.inputs else None
     if upstream is None:
         return None
     if isinstance(node, FilterNode):
         return upstream
     if isinstance(node, WithColumnsNode):
-        return (*upstream, *(name for name in node.columns if name not in upstream))
+        return {**upstream, **dict.fromkeys(node.columns)}  # a replaced column keeps its place
     if isinstance(node, SelectNode):
         return _selected(node.expressions, upstream)
     if isinstance(node, AggregateNode):
-        return (*node.keys, *node.aggregations, *((OP,) if node.changelog else ()))
+        keys = {key: upstream.get(key) for key in node.keys}
+        return {**keys, **dict.fromkeys(node.aggregations), **({OP: "string"} if node.changelog else {})}
     if isinstance(node, NormalizeNode):
         return None  # internal columns (offsets, deletes) are dropped at run time
     return upstream
 
 
-def _selected(expressions: tuple[str, ...], upstream: tuple[str, ...]) -> Columns:
-    names: list[str] = []
+def _source_columns(source: object) -> Columns:
+    names = source.column_names() if isinstance(source, KnowsColumns) else None
+    if names is None:
+        return None
+    types = source.column_types() if isinstance(source, KnowsTypes) else {}
+    return {name: types.get(name) for name in names}
+
+
+def _selected(expressions: tuple[str, ...], upstream: dict[str, Type]) -> Columns:
+    columns: dict[str, Type] = {}
     spelled = {name.lower(): name for name in upstream}  # Spark keeps the input's spelling
     for expression in expressions:
-        try:
-            tree = sqlglot.parse_one(expression, read="spark")
-        except sqlglot.errors.SqlglotError:
-            return None
+        tree = _parsed(expression)
         if isinstance(tree, exp.Star):
-            names.extend(upstream)
+            columns.update(upstream)
         elif isinstance(tree, exp.Alias):
-            names.append(tree.alias)
+            columns[tree.alias] = None
         elif isinstance(tree, exp.Column) and not tree.is_star and not tree.table:
-            names.append(spelled.get(tree.name.lower(), tree.name))
+            name = spelled.get(tree.name.lower(), tree.name)
+            columns[name] = upstream.get(name)
         else:
-            return None  # s.*, s.field, computed: named by Spark
-    return tuple(names)
+            return None  # not SQL sqlglot reads, s.*, s.field, computed: named by Spark
+    return columns
+
+
+def _parsed(expression: str) -> exp.Expr | None:
+    """``expression`` as sqlglot reads Spark SQL; None where it cannot (Spark's dialect is larger)."""
+    try:
+        return sqlglot.parse_one(expression, read="spark")
+    except sqlglot.errors.SqlglotError:
+        return None
 
 
 def column_problems(nodes: Mapping[int, Node], ordered: list[Node]) -> list[str]:
-    """Key, ``order_by`` and aggregate columns missing from what reaches their operator."""
+    """Every column an operator names or reads that is missing from what reaches it, and
+    every ``sum``/``avg`` of a column whose type Spark refuses."""
     known: dict[int, Columns] = {}
     problems: list[str] = []
     for node in ordered:
-        if not isinstance(node, KeyedNode) or isinstance(node, NormalizeNode):
+        available = output_columns(nodes, node.inputs[0], known) if node.inputs else None
+        if available is None or isinstance(node, NormalizeNode):
             continue
-        available = output_columns(nodes, node.inputs[0], known)
-        if available is None:
-            continue
-        missing_keys = [key for key in node.keys if key not in available]
-        if missing_keys:
-            problems.append(missing_key_message(node, missing_keys, available))
-        if isinstance(node, ProcessNode):
-            problems.extend(missing_order_by_message(node, c, available) for c in node.order_by if c not in available)
-        if isinstance(node, AggregateNode):
-            problems.extend(_aggregate_problems(node, available))
+        if isinstance(node, KeyedNode):
+            problems.extend(_keyed_problems(node, available))
+        elif isinstance(node, SinkNode) and (missing := [k for k in node.primary_key if k not in available]):
+            problems.append(missing_primary_key_message(node, missing, list(available)))
+        elif not (isinstance(node, FilterNode) and _sees_dropped_columns(nodes, node)):
+            problems.extend(_expression_problems(node, available))
     return problems
 
 
-def _aggregate_problems(node: AggregateNode, available: tuple[str, ...]) -> list[str]:
+def _keyed_problems(node: KeyedNode, available: dict[str, Type]) -> list[str]:
+    problems = []
+    missing_keys = [key for key in node.keys if key not in available]
+    if missing_keys:
+        problems.append(missing_key_message(node, missing_keys, list(available)))
+    if isinstance(node, ProcessNode):
+        problems.extend(missing_order_by_message(node, c, list(available)) for c in node.order_by if c not in available)
+    if isinstance(node, AggregateNode):
+        problems.extend(_aggregate_problems(node, available))
+    return problems
+
+
+def _aggregate_problems(node: AggregateNode, available: dict[str, Type]) -> list[str]:
     calls = parse_aggregations(node.aggregations)  # an unreadable one reads no known columns
-    lowered = {name.lower() for name in available}  # Spark resolves columns case-insensitively
-    return [
+    lowered = {name.lower(): kind for name, kind in available.items()}  # Spark resolves columns case-insensitively
+    problems = [
         f"operator {node.name!r}: aggregate {call.name}={call.expression!r} reads column(s) {missing}, which "
         f"are not among its input's columns {list(available)}"
         for call in calls
         if (missing := sorted(c for c in call.columns if c.lower() not in lowered))
     ]
+    return problems + [
+        f"operator {node.name!r}: aggregate {call.name}={call.expression!r} adds up column {call.argument!r} of "
+        f"type {kind}, which Spark refuses (it needs a number); cast it in with_columns(...) before, or aggregate "
+        "another column"
+        for call in calls
+        if (kind := _summed_type(call, lowered)) in NOT_SUMMABLE
+    ]
 
 
-def missing_key_message(node: KeyedNode, missing: list[str], available: tuple[str, ...] | list[str]) -> str:
+def _summed_type(call: AggregateCall, lowered: Mapping[str, Type]) -> Type:
+    """The type of the column a ``sum``/``avg`` adds up, where its argument is one column."""
+    if call.function not in ("sum", "avg", "mean") or len(call.arguments) != 1:
+        return None
+    return lowered.get(call.arguments[0].strip("`").lower())
+
+
+def _expression_problems(node: Node, available: dict[str, Type]) -> list[str]:
+    """Columns the expressions of a select, filter or with_columns read that its input lacks.
+    A name the operator defines itself counts as known: Spark resolves a lateral alias."""
+    if isinstance(node, SelectNode):
+        texts, defined = node.expressions, set[str]()
+    elif isinstance(node, WithColumnsNode):
+        texts, defined = tuple(node.columns.values()), set(node.columns)
+    elif isinstance(node, FilterNode):
+        texts, defined = (node.condition,), set()
+    else:
+        return []
+    trees = {text: tree for text in texts if (tree := _parsed(text)) is not None and not tree.find(exp.Select)}
+    defined |= {tree.alias for tree in trees.values() if isinstance(tree, exp.Alias)}
+    known = {name.lower() for name in (*available, *defined, *NILADIC)}
+    return [
+        unknown_column_message(node, text, column, list(available))
+        for text, tree in trees.items()
+        for column in sorted(read_columns(tree))
+        if column.lower() not in known
+    ]
+
+
+def _sees_dropped_columns(nodes: Mapping[int, Node], node: FilterNode) -> bool:
+    """Whether Spark may resolve the filter's columns below its input: a filter over a select
+    or an aggregate (through filters and with_columns) reads columns those dropped."""
+    upstream = nodes[node.inputs[0]]
+    while isinstance(upstream, (FilterNode, WithColumnsNode)):
+        upstream = nodes[upstream.inputs[0]]
+    return isinstance(upstream, (SelectNode, AggregateNode))
+
+
+def unknown_column_message(node: Node, expression: str, column: str, available: list[str]) -> str:
+    close = difflib.get_close_matches(column, available, n=1)
+    fix = f"did you mean {close[0]!r}?" if close else "name a column of its input"
+    return (
+        f"operator {node.name!r} ({node.kind}): {expression!r} reads column {column!r}, which is not among its "
+        f"input's columns {available}; {fix}"
+    )
+
+
+def missing_primary_key_message(node: SinkNode, missing: list[str], available: list[str]) -> str:
+    return (
+        f"sink {node.name!r}: primary key column(s) {missing} are not among its input's columns "
+        f"{available}; name columns of the stream in primary_key"
+    )
+
+
+def missing_key_message(node: KeyedNode, missing: list[str], available: list[str]) -> str:
     """The error for key columns that are not in an operator's input."""
     if node.reinterpreted:
         return (
@@ -121,5 +217,5 @@ def missing_key_message(node: KeyedNode, missing: list[str], available: tuple[st
     return f"operator {node.name!r}: key_by column(s) {missing} not found; available columns: {list(available)}"
 
 
-def missing_order_by_message(node: ProcessNode, column: str, available: tuple[str, ...] | list[str]) -> str:
+def missing_order_by_message(node: ProcessNode, column: str, available: list[str]) -> str:
     return f"operator {node.name!r}: order_by column {column!r} not found in {list(available)}"

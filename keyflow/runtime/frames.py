@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from keyflow.errors import DataError, NullKeysError, PlanError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
+from keyflow.plan.columns import missing_primary_key_message
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
 from keyflow.plan.physical import lower_keyed
@@ -105,10 +106,7 @@ class FrameBuilder:
                 if partitioner is Partitioner.HASH:  # table.exec.sink.keyed-shuffle
                     missing = [key for key in node.primary_key if key not in upstream.columns]
                     if missing:
-                        raise PlanError(
-                            f"sink {node.name!r}: primary key column(s) {missing} are not among its input's columns "
-                            f"{upstream.columns}; name columns of the stream in primary_key"
-                        )
+                        raise PlanError(missing_primary_key_message(node, missing, upstream.columns))
                     frame = keyed_exchange(upstream, node.primary_key, self.plan.max_parallelism, operator.parallelism,
                                            keep_key_group=False)  # fmt: skip
             elif partitioner is Partitioner.HASH or node.keyed:
