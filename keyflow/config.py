@@ -2,7 +2,9 @@
 
 Sources of configuration, later ones winning: defaults, a YAML file, a dict in code,
 ``--conf key=value`` on the CLI. Unknown keys are errors (with the closest known key),
-because a misspelt option silently ignored is a wrong result waiting to happen.
+because a misspelt option silently ignored is a wrong result waiting to happen. A key given
+no value (``key:`` in YAML, ``None`` in a dict) is its default. Code reads an option typed, by
+its constant: ``config.get(MAX_PARALLELISM)``, as Flink's ``Configuration.get(ConfigOption<T>)``.
 """
 
 from __future__ import annotations
@@ -13,19 +15,24 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import yaml
 
 from keyflow.errors import ConfigError
 from keyflow.keygroups import UPPER_BOUND_MAX_PARALLELISM
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
-class Option:
+class Option(Generic[T]):
+    """One option, as Flink's ``ConfigOption<T>``: ``parse`` turns a given value (text from YAML,
+    ``--conf`` or ``SET``, or a Python value) into a T, so ``Config.get`` returns a typed value."""
+
     key: str
-    parse: Callable[[str, Any], Any]
-    default: Any
+    parse: Callable[[str, Any], T]
+    default: T
     doc: str
 
 
@@ -66,13 +73,6 @@ def parse_duration(key: str, value: Any, negative: bool = False) -> float:
     return float(match.group(1)) * _UNITS.get(match.group(2), 0.001)
 
 
-def _duration_text(key: str, value: Any, negative: bool = False) -> str:
-    """A valid duration, kept as written (the scheduler reads it with its unit); ``negative``:
-    a leading '-' is allowed (Flink's "no timeout")."""
-    parse_duration(key, value, negative)
-    return str(value)
-
-
 def _flag(key: str, value: Any) -> bool:
     text = str(value).strip().lower()
     if text not in ("true", "false"):
@@ -111,6 +111,7 @@ def _text(key: str, value: Any) -> str:
 
 
 AUTO_PARALLELISM = "execution.batch.adaptive.auto-parallelism."
+_SCHEDULER = "jobmanager.adaptive-scheduler."
 
 
 def auto_parallelism_bounds(low: int, high: int) -> str:
@@ -121,174 +122,215 @@ def auto_parallelism_bounds(low: int, high: int) -> str:
     )
 
 
-OPTIONS: dict[str, Option] = {
+def _key_groups(key: str, value: Any) -> int:
+    return _positive_int(key, value, UPPER_BOUND_MAX_PARALLELISM)
+
+
+# Pipeline options
+DEFAULT_PARALLELISM: Option[int | None] = Option(
+    "parallelism.default",
+    _positive_int,
+    None,
+    "Parallelism of every operator that sets none. Default: the cores of a local[N]/local[*] master, "
+    "else spark.default.parallelism.",
+)
+MAX_PARALLELISM: Option[int | None] = Option(
+    "pipeline.max-parallelism",
+    _key_groups,
+    None,
+    "Number of key groups K (1..32768). Default: the keyflow policy (27720 up to parallelism 1024).",
+)
+PIPELINE_NAME: Option[str] = Option("pipeline.name", _text, "keyflow", "Name of the pipeline (Spark application name).")
+NULL_KEYS: Option[str] = Option(
+    "pipeline.null-keys",
+    _choice("fail", "drop"),
+    "fail",
+    "What key_by does with rows whose key has a null: fail (error with the count) or drop. "
+    "A dead-letter sink passed to key_by(on_null=...) overrides this.",
+)
+PRE_KEYED_VERIFY: Option[str] = Option(
+    "pipeline.pre-keyed.verify",
+    _choice("fail", "warn", "off"),
+    "fail",
+    "Streams reinterpreted as keyed (reinterpret_as_keyed): fail stops the job when a row's key group "
+    "is not its subtask's, or a key of a pre-keyed source is in two splits, before the batch commits; "
+    "warn counts and logs keys in two splits and goes on; off checks nothing.",
+)
+PROGRESS: Option[str] = Option(
+    "pipeline.progress",
+    _choice("auto", "on", "off"),
+    "auto",
+    "Progress display while Spark jobs run: auto (only on a terminal), on, off.",
+)
+
+# Streaming options
+CHECKPOINTING_INTERVAL: Option[float] = Option(
+    "execution.checkpointing.interval",
+    parse_duration,
+    1.0,
+    "Streaming: how often a micro-batch starts (each micro-batch is one checkpoint), e.g. '1 s', '0 s'.",
+)
+CHECKPOINTS_DIRECTORY: Option[str | None] = Option(
+    "state.checkpoints.dir", _text, None, "Streaming: checkpoint directory when run() is given none."
+)
+CHECKPOINTS_NUM_RETAINED: Option[int] = Option(
+    "state.checkpoints.num-retained",
+    _positive_int,
+    3,
+    "Streaming: how many committed checkpoints to keep; older ones and files only they use are deleted.",
+)
+COMPACTION_MAX_DELTAS: Option[int] = Option(
+    "state.compaction.max-deltas",
+    _positive_int,
+    10,
+    "Streaming: a subtask rewrites its key-group range as one full file once that many delta files "
+    "would be read to restore it (bounds restore cost).",
+)
+IGNORE_UNCLAIMED_STATE: Option[bool] = Option(
+    "execution.state-recovery.ignore-unclaimed-state",
+    _flag,
+    False,
+    "Streaming: restore a checkpoint even if it holds state of operators the pipeline no longer has "
+    "(that state is dropped).",
+)
+
+# Adaptive scheduler options (streaming)
+SCHEDULER: Option[str] = Option(
+    "jobmanager.scheduler",
+    _choice("default", "adaptive"),
+    "default",
+    "Streaming: adaptive follows the executor cores Spark has (parallelism = min(cores, "
+    "parallelism.default if set, max parallelism)) with the cooldown below; default keeps the "
+    "parallelism fixed.",
+)
+SCALING_INTERVAL_MIN: Option[float] = Option(
+    _SCHEDULER + "scaling-interval.min",
+    parse_duration,
+    30.0,
+    "Adaptive scheduler: the cooldown after a rescale (Flink 1.19/1.20). New slots more than this long "
+    "after the last rescale rescale at once; earlier ones are checked when the cooldown ends.",
+)
+SCALING_INTERVAL_MAX: Option[float | None] = Option(
+    _SCHEDULER + "scaling-interval.max",
+    parse_duration,
+    None,
+    "Adaptive scheduler: every rescale check that rescales nothing schedules a forced-rescale check this "
+    "long after it; an increase below min-parallelism-increase is forced by the first that finds it (at "
+    "once if the last rescale is longer ago). Unset: never forced. Must be greater than scaling-interval.min.",
+)
+MIN_PARALLELISM_INCREASE: Option[int] = Option(
+    _SCHEDULER + "min-parallelism-increase",
+    _positive_int,
+    1,
+    "Adaptive scheduler: smallest parallelism increase worth a rescale.",
+)
+RESOURCE_STABILIZATION_TIMEOUT: Option[float] = Option(
+    _SCHEDULER + "resource-stabilization-timeout",
+    parse_duration,
+    10.0,
+    "Adaptive scheduler: at start, after lost resources or a failure, how long to wait once sufficient "
+    "(not all desired) slots are there before the job runs at what is there; set once, not moved by "
+    "later changes. Alias: …submission.resource-stabilization-timeout (Flink 2's name).",
+)
+RESOURCE_WAIT_TIMEOUT: Option[float] = Option(
+    _SCHEDULER + "resource-wait-timeout",
+    lambda key, value: parse_duration(key, value, negative=True),
+    300.0,
+    "Adaptive scheduler: how long to wait for resources; then the job runs at what is there, or fails "
+    "with no slot. Negative (e.g. -1 s): wait forever. Alias: …submission.resource-wait-timeout.",
+)
+
+# Batch options: auto-parallelism (Flink's adaptive batch scheduler)
+AUTO_PARALLELISM_ENABLED: Option[bool] = Option(
+    AUTO_PARALLELISM + "enabled",
+    _flag,
+    True,
+    "Batch: each keyed operator without an explicit parallelism gets one decided from the bytes of its "
+    "input once that is written to the shuffle (Flink's adaptive batch scheduler, FLIP-187).",
+)
+AUTO_PARALLELISM_MIN: Option[int] = Option(
+    AUTO_PARALLELISM + "min-parallelism",
+    _positive_int,
+    1,
+    "Batch auto-parallelism: the lower bound of a decided parallelism.",
+)
+AUTO_PARALLELISM_MAX: Option[int | None] = Option(
+    AUTO_PARALLELISM + "max-parallelism",
+    _key_groups,
+    None,
+    "Batch auto-parallelism: the upper bound of a decided parallelism. Default: parallelism.default if "
+    "set (as Flink), else the task slots Spark has; never above the max parallelism K.",
+)
+AVG_DATA_VOLUME_PER_TASK: Option[int] = Option(
+    AUTO_PARALLELISM + "avg-data-volume-per-task",
+    parse_size,
+    16 * 1024 * 1024,
+    "Batch auto-parallelism: the bytes each subtask should read ('16mb'; binary units, as Flink's).",
+)
+DEFAULT_SOURCE_PARALLELISM: Option[int | None] = Option(
+    AUTO_PARALLELISM + "default-source-parallelism",
+    _positive_int,
+    None,
+    "Batch auto-parallelism: the parallelism of sources that set none. Default: unset, sources read at "
+    "their usual parallelism (Flink's default is 1).",
+)
+MAX_BROADCAST_RATIO: Option[float] = Option(
+    AUTO_PARALLELISM + "max-broadcast-ratio",
+    _ratio,
+    0.5,
+    "Batch auto-parallelism (keyflow's; Flink 1.15/1.16 fix it at 0.5, 1.17+ ignore broadcast bytes): "
+    "broadcast input counts in the formula up to this fraction of avg-data-volume-per-task.",
+)
+AUTO_PARALLELISM_BALANCE: Option[str] = Option(
+    AUTO_PARALLELISM + "balance",
+    _choice("bytes", "even"),
+    "bytes",
+    "Batch auto-parallelism (keyflow's): bytes gives each subtask a contiguous key-group range balanced by "
+    "the measured bytes; even splits the key groups evenly as FLIP-187 does.",
+)
+
+# SQL options
+SINK_KEYED_SHUFFLE: Option[str] = Option(
+    "table.exec.sink.keyed-shuffle",
+    lambda key, value: _choice("AUTO", "FORCE", "NONE")(key, str(value).upper()),
+    "AUTO",
+    "SQL sinks with a primary key: AUTO routes rows to the sink by the key's key group when the sink's "
+    "parallelism differs from its input's; FORCE whenever the sink's parallelism is not 1; NONE never.",
+)
+
+# Every option by key, in the order the unknown-key error lists them.
+OPTIONS: dict[str, Option[Any]] = {
     option.key: option
     for option in (
-        Option(
-            "parallelism.default",
-            _positive_int,
-            None,
-            "Parallelism of every operator that sets none. Default: the cores of a local[N]/local[*] master, "
-            "else spark.default.parallelism.",
-        ),
-        Option(
-            "pipeline.max-parallelism",
-            lambda key, value: _positive_int(key, value, UPPER_BOUND_MAX_PARALLELISM),
-            None,
-            "Number of key groups K (1..32768). Default: the keyflow policy (27720 up to parallelism 1024).",
-        ),
-        Option("pipeline.name", _text, "keyflow", "Name of the pipeline (Spark application name)."),
-        Option(
-            "pipeline.null-keys",
-            _choice("fail", "drop"),
-            "fail",
-            "What key_by does with rows whose key has a null: fail (error with the count) or drop. "
-            "A dead-letter sink passed to key_by(on_null=...) overrides this.",
-        ),
-        Option(
-            "pipeline.pre-keyed.verify",
-            _choice("fail", "warn", "off"),
-            "fail",
-            "Streams reinterpreted as keyed (reinterpret_as_keyed): fail stops the job when a row's key group "
-            "is not its subtask's, or a key of a pre-keyed source is in two splits, before the batch commits; "
-            "warn counts and logs keys in two splits and goes on; off checks nothing.",
-        ),
-        Option(
-            "pipeline.progress",
-            _choice("auto", "on", "off"),
-            "auto",
-            "Progress display while Spark jobs run: auto (only on a terminal), on, off.",
-        ),
-        Option(
-            "execution.checkpointing.interval",
-            parse_duration,
-            1.0,
-            "Streaming: how often a micro-batch starts (each micro-batch is one checkpoint), e.g. '1 s', '0 s'.",
-        ),
-        Option("state.checkpoints.dir", _text, None, "Streaming: checkpoint directory when run() is given none."),
-        Option(
-            "state.checkpoints.num-retained",
-            _positive_int,
-            3,
-            "Streaming: how many committed checkpoints to keep; older ones and files only they use are deleted.",
-        ),
-        Option(
-            "state.compaction.max-deltas",
-            _positive_int,
-            10,
-            "Streaming: a subtask rewrites its key-group range as one full file once that many delta files "
-            "would be read to restore it (bounds restore cost).",
-        ),
-        Option(
-            "jobmanager.scheduler",
-            _choice("default", "adaptive"),
-            "default",
-            "Streaming: adaptive follows the executor cores Spark has (parallelism = min(cores, "
-            "parallelism.default if set, max parallelism)) with the cooldown below; default keeps the "
-            "parallelism fixed.",
-        ),
-        Option(
-            "jobmanager.adaptive-scheduler.scaling-interval.min",
-            _duration_text,
-            "30 s",
-            "Adaptive scheduler: the cooldown after a rescale (Flink 1.19/1.20). New slots more than this long "
-            "after the last rescale rescale at once; earlier ones are checked when the cooldown ends.",
-        ),
-        Option(
-            "jobmanager.adaptive-scheduler.scaling-interval.max",
-            _duration_text,
-            None,
-            "Adaptive scheduler: every rescale check that rescales nothing schedules a forced-rescale check this "
-            "long after it; an increase below min-parallelism-increase is forced by the first that finds it (at "
-            "once if the last rescale is longer ago). Unset: never forced. Must be greater than scaling-interval.min.",
-        ),
-        Option(
-            "jobmanager.adaptive-scheduler.min-parallelism-increase",
-            _positive_int,
-            1,
-            "Adaptive scheduler: smallest parallelism increase worth a rescale.",
-        ),
-        Option(
-            "jobmanager.adaptive-scheduler.resource-stabilization-timeout",
-            _duration_text,
-            "10 s",
-            "Adaptive scheduler: at start, after lost resources or a failure, how long to wait once sufficient "
-            "(not all desired) slots are there before the job runs at what is there; set once, not moved by "
-            "later changes. Alias: …submission.resource-stabilization-timeout (Flink 2's name).",
-        ),
-        Option(
-            "jobmanager.adaptive-scheduler.resource-wait-timeout",
-            lambda key, value: _duration_text(key, value, negative=True),
-            "5 min",
-            "Adaptive scheduler: how long to wait for resources; then the job runs at what is there, or fails "
-            "with no slot. Negative (e.g. -1 s): wait forever. Alias: …submission.resource-wait-timeout.",
-        ),
-        Option(
-            AUTO_PARALLELISM + "enabled",
-            _flag,
-            True,
-            "Batch: each keyed operator without an explicit parallelism gets one decided from the bytes of its "
-            "input once that is written to the shuffle (Flink's adaptive batch scheduler, FLIP-187).",
-        ),
-        Option(
-            AUTO_PARALLELISM + "min-parallelism",
-            _positive_int,
-            1,
-            "Batch auto-parallelism: the lower bound of a decided parallelism.",
-        ),
-        Option(
-            AUTO_PARALLELISM + "max-parallelism",
-            lambda key, value: _positive_int(key, value, UPPER_BOUND_MAX_PARALLELISM),
-            None,
-            "Batch auto-parallelism: the upper bound of a decided parallelism. Default: parallelism.default if "
-            "set (as Flink), else the task slots Spark has; never above the max parallelism K.",
-        ),
-        Option(
-            AUTO_PARALLELISM + "avg-data-volume-per-task",
-            parse_size,
-            16 * 1024 * 1024,
-            "Batch auto-parallelism: the bytes each subtask should read ('16mb'; binary units, as Flink's).",
-        ),
-        Option(
-            AUTO_PARALLELISM + "default-source-parallelism",
-            _positive_int,
-            None,
-            "Batch auto-parallelism: the parallelism of sources that set none. Default: unset, sources read at "
-            "their usual parallelism (Flink's default is 1).",
-        ),
-        Option(
-            AUTO_PARALLELISM + "max-broadcast-ratio",
-            _ratio,
-            0.5,
-            "Batch auto-parallelism (keyflow's; Flink 1.15/1.16 fix it at 0.5, 1.17+ ignore broadcast bytes): "
-            "broadcast input counts in the formula up to this fraction of avg-data-volume-per-task.",
-        ),
-        Option(
-            AUTO_PARALLELISM + "balance",
-            _choice("bytes", "even"),
-            "bytes",
-            "Batch auto-parallelism (keyflow's): bytes gives each subtask a contiguous key-group range balanced by "
-            "the measured bytes; even splits the key groups evenly as FLIP-187 does.",
-        ),
-        Option(
-            "table.exec.sink.keyed-shuffle",
-            lambda key, value: _choice("AUTO", "FORCE", "NONE")(key, str(value).upper()),
-            "AUTO",
-            "SQL sinks with a primary key: AUTO routes rows to the sink by the key's key group when the sink's "
-            "parallelism differs from its input's; FORCE whenever the sink's parallelism is not 1; NONE never.",
-        ),
-        Option(
-            "execution.state-recovery.ignore-unclaimed-state",
-            _flag,
-            False,
-            "Streaming: restore a checkpoint even if it holds state of operators the pipeline no longer has "
-            "(that state is dropped).",
-        ),
+        DEFAULT_PARALLELISM,
+        MAX_PARALLELISM,
+        PIPELINE_NAME,
+        NULL_KEYS,
+        PRE_KEYED_VERIFY,
+        PROGRESS,
+        CHECKPOINTING_INTERVAL,
+        CHECKPOINTS_DIRECTORY,
+        CHECKPOINTS_NUM_RETAINED,
+        COMPACTION_MAX_DELTAS,
+        SCHEDULER,
+        SCALING_INTERVAL_MIN,
+        SCALING_INTERVAL_MAX,
+        MIN_PARALLELISM_INCREASE,
+        RESOURCE_STABILIZATION_TIMEOUT,
+        RESOURCE_WAIT_TIMEOUT,
+        AUTO_PARALLELISM_ENABLED,
+        AUTO_PARALLELISM_MIN,
+        AUTO_PARALLELISM_MAX,
+        AVG_DATA_VOLUME_PER_TASK,
+        DEFAULT_SOURCE_PARALLELISM,
+        MAX_BROADCAST_RATIO,
+        AUTO_PARALLELISM_BALANCE,
+        SINK_KEYED_SHUFFLE,
+        IGNORE_UNCLAIMED_STATE,
     )
 }
 
 
-_SCHEDULER = "jobmanager.adaptive-scheduler."
 # Flink 2's names for the same options: FLIP-472 renamed the submission timeouts without
 # changing what they mean (FLINK-36015's release note).
 ALIASES = {
@@ -322,8 +364,8 @@ FLINK_2_ONLY[_SCHEDULER + "scale-on-failed-checkpoints-count"] = FLINK_2_ONLY[
 ]
 
 
-class Config(Mapping[str, Any]):
-    """Validated keyflow options plus raw ``spark.*`` settings."""
+class Config:
+    """Validated keyflow options, read typed with ``get(OPTION)``, plus raw ``spark.*`` settings."""
 
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:
         self._values: dict[str, Any] = {key: option.default for key, option in OPTIONS.items()}
@@ -344,7 +386,8 @@ class Config(Mapping[str, Any]):
                 raise ConfigError(f"{key} is not supported: {FLINK_2_ONLY[key]}")
             elif key in OPTIONS or key in ALIASES:
                 canonical = ALIASES.get(key, key)
-                self._values[canonical] = None if value is None else OPTIONS[canonical].parse(key, value)
+                option = OPTIONS[canonical]
+                self._values[canonical] = option.default if value is None else option.parse(key, value)
             else:
                 raise ConfigError(unknown_key_message(key))
 
@@ -359,22 +402,15 @@ class Config(Mapping[str, Any]):
     def spark(self) -> dict[str, str]:
         return dict(self._spark)
 
-    def __getitem__(self, key: str) -> Any:
-        if key.startswith("spark."):
-            return self._spark[key]
-        return self._values[key]
-
-    def __iter__(self) -> Any:
-        return iter([*self._values, *self._spark])
-
-    def __len__(self) -> int:
-        return len(self._values) + len(self._spark)
+    def get(self, option: Option[T]) -> T:
+        """The option's value: as its ``parse`` returned it when set, else its default."""
+        return cast(T, self._values[option.key])
 
     def default_parallelism(self) -> int:
         """``parallelism.default``, or the local master's cores, or ``spark.default.parallelism``."""
-        configured = self._values["parallelism.default"]
+        configured = self.get(DEFAULT_PARALLELISM)
         if configured is not None:
-            return int(configured)
+            return configured
         master = self._spark.get("spark.master", "local[*]")
         match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
         if match:
@@ -382,7 +418,7 @@ class Config(Mapping[str, Any]):
             return (os.cpu_count() or 1) if cores in (None, "*") else int(cores)
         if "spark.default.parallelism" in self._spark:
             return _positive_int("spark.default.parallelism", self._spark["spark.default.parallelism"])
-        if self._values["jobmanager.scheduler"] == "adaptive":
+        if self.get(SCHEDULER) == "adaptive":
             return 1  # until the adaptive scheduler, at start, sets it from the executor cores
         raise ConfigError(
             f"parallelism.default is not set and spark.master={master} is not local; "

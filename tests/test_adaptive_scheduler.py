@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from keyflow.config import RESOURCE_WAIT_TIMEOUT, Config
 from keyflow.errors import ConfigError
 from keyflow.scheduler.adaptive import AdaptiveScheduler, SchedulerConfig, State, should_rescale
 
@@ -381,30 +382,31 @@ def test_every_decision_is_an_event() -> None:
 
 
 def test_config_defaults_aliases_and_errors() -> None:
-    config = SchedulerConfig.from_options({}, max_parallelism=64)
+    config = SchedulerConfig.from_config(Config(), max_parallelism=64)
     assert (config.scaling_interval_min, config.scaling_interval_max, config.min_parallelism_increase) == (30, None, 1)
-    assert (config.resource_stabilization_timeout, config.resource_wait_timeout) == (10, 300)
-    newer = SchedulerConfig.from_options(
-        {
-            "jobmanager.adaptive-scheduler.submission.resource-wait-timeout": "-1 s",
-            "jobmanager.adaptive-scheduler.submission.resource-stabilization-timeout": "500 ms",
-        },
+    assert (config.resource_stabilization_timeout, config.resource_wait_timeout, config.upper_bound) == (10, 300, None)
+    newer = SchedulerConfig.from_config(
+        Config(
+            {
+                "jobmanager.adaptive-scheduler.submission.resource-wait-timeout": "-1 s",
+                "jobmanager.adaptive-scheduler.submission.resource-stabilization-timeout": "500 ms",
+                "parallelism.default": "4",
+            }
+        ),
         max_parallelism=64,
     )
-    assert (newer.resource_wait_timeout, newer.resource_stabilization_timeout) == (-1, 0.5)
+    assert (newer.resource_wait_timeout, newer.resource_stabilization_timeout, newer.upper_bound) == (-1, 0.5, 4)
     key = "jobmanager.adaptive-scheduler.scaling-interval"
     with pytest.raises(ConfigError, match=r"scaling-interval.min='-5 s' must not be negative"):
-        SchedulerConfig.from_options({f"{key}.min": "-5 s"}, max_parallelism=8)
+        Config({f"{key}.min": "-5 s"})
     with pytest.raises(ConfigError, match=r"scaling-interval.max=30.0 s must be greater than scaling-interval.min"):
-        SchedulerConfig.from_options({f"{key}.max": "30 s"}, max_parallelism=8)
+        SchedulerConfig.from_config(Config({f"{key}.max": "30 s"}), max_parallelism=8)
     with pytest.raises(ConfigError, match=r"scaling-interval.min='soon' is not a duration"):
-        SchedulerConfig.from_options({f"{key}.min": "soon"}, max_parallelism=8)
-    with pytest.raises(ConfigError, match=r"min-parallelism-increase='two' is not an integer"):
-        SchedulerConfig.from_options({"jobmanager.adaptive-scheduler.min-parallelism-increase": "two"}, 8)
-    with pytest.raises(ConfigError, match=r"min-parallelism-increase=0 must be at least 1"):
-        SchedulerConfig.from_options({"jobmanager.adaptive-scheduler.min-parallelism-increase": "0"}, 8)
+        Config({f"{key}.min": "soon"})
+    with pytest.raises(ConfigError, match=r"min-parallelism-increase='two' is invalid; it must be a positive integer"):
+        Config({"jobmanager.adaptive-scheduler.min-parallelism-increase": "two"})
     with pytest.raises(ConfigError, match=r"unknown configuration key .*scaling-interval.mn'; did you mean .*min\?"):
-        SchedulerConfig.from_options({f"{key}.mn": "5 s"}, max_parallelism=8)
+        Config({f"{key}.mn": "5 s"})
 
 
 @pytest.mark.parametrize(
@@ -421,25 +423,20 @@ def test_config_defaults_aliases_and_errors() -> None:
 def test_flink_2_names_with_another_meaning_are_refused(name: str, meaning: str, fix: str) -> None:
     """Flink 2 drives these from another state machine: accepting them here would give them a
     meaning Flink does not; the error says what they mean there and what to use here."""
-    from keyflow.config import Config
-
     key = f"jobmanager.adaptive-scheduler.{name}"
-    for refuse in (lambda: Config({key: "1 s"}), lambda: SchedulerConfig.from_options({key: "1 s"}, 8)):
-        with pytest.raises(ConfigError, match=rf"{key} is not supported: in Flink 2 .*{meaning}.*{fix}"):
-            refuse()
+    with pytest.raises(ConfigError, match=rf"{key} is not supported: in Flink 2 .*{meaning}.*{fix}"):
+        Config({key: "1 s"})
 
 
 def test_pipeline_configuration_feeds_the_scheduler() -> None:
-    from keyflow.config import Config
-
     config = Config(
         {
             "jobmanager.adaptive-scheduler.submission.resource-wait-timeout": "-1 min",
             "jobmanager.adaptive-scheduler.min-parallelism-increase": "2",
         }
     )
-    assert config["jobmanager.adaptive-scheduler.resource-wait-timeout"] == "-1 min"  # stored under the main name
-    scheduler_config = SchedulerConfig.from_options(dict(config), max_parallelism=16)
+    assert config.get(RESOURCE_WAIT_TIMEOUT) == -60  # stored under the main name
+    scheduler_config = SchedulerConfig.from_config(config, max_parallelism=16)
     assert (scheduler_config.resource_wait_timeout, scheduler_config.min_parallelism_increase) == (-60, 2)
     with pytest.raises(ConfigError, match=r"resource-stabilization-timeout='-1 min' must not be negative"):
         Config({"jobmanager.adaptive-scheduler.submission.resource-stabilization-timeout": "-1 min"})
@@ -460,8 +457,6 @@ def test_inputs_the_state_machine_refuses() -> None:
 
 
 def test_the_scheduler_choice_is_validated() -> None:
-    from keyflow.config import Config
-
     with pytest.raises(ConfigError, match=r"jobmanager.scheduler='auto' is invalid; choose one of default, adaptive"):
         Config({"jobmanager.scheduler": "auto"})
 

@@ -21,6 +21,7 @@ from keyflow import (
     timestamp,
     zipf,
 )
+from keyflow.config import MAX_PARALLELISM, PIPELINE_NAME
 from tests.pipelines import TEST_SPARK
 
 FIELDS = {
@@ -109,8 +110,8 @@ def test_yaml_config_file(tmp_path: Path) -> None:
     )
     p = Pipeline(config=config)
     assert p.config.default_parallelism() == 3
-    assert p.config["pipeline.max-parallelism"] == 96
-    assert p.config["pipeline.name"] == "from-yaml"
+    assert p.config.get(MAX_PARALLELISM) == 96
+    assert p.config.get(PIPELINE_NAME) == "from-yaml"
     assert p.config.spark == {"spark.master": "local[2]"}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keyflow.api.stream import Stream
-from keyflow.config import Config, load_yaml
+from keyflow.config import CHECKPOINTS_DIRECTORY, Config, load_yaml
 from keyflow.errors import PlanError
 from keyflow.plan import nodes
 from keyflow.plan.builder import PlanBuilder, check_parallelism
@@ -107,7 +107,7 @@ class Pipeline:
         that runs until interrupted, or with ``available_now`` until the data there now is done;
         ``on_batch`` is called with each committed micro-batch's metrics."""
         plan = self.compile()
-        if checkpoint is None and self.config["state.checkpoints.dir"] is None and not self.is_streaming():
+        if checkpoint is None and self.config.get(CHECKPOINTS_DIRECTORY) is None and not self.is_streaming():
             from keyflow.runtime.executor import run_batch
 
             return run_batch(plan)
@@ -126,7 +126,7 @@ class Pipeline:
 
     def _checkpoint(self, checkpoint: str | None) -> str:
         """The checkpoint to run with: the argument, else ``state.checkpoints.dir``."""
-        checkpoint = checkpoint or self.config["state.checkpoints.dir"]
+        checkpoint = checkpoint or self.config.get(CHECKPOINTS_DIRECTORY)
         if checkpoint is None:
             raise PlanError(
                 "this pipeline reads an unbounded source, so it needs a checkpoint directory: "

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from keyflow.cli.errors import user_errors
 from keyflow.cli.pipeline_file import load_pipeline
-from keyflow.config import load_yaml, parse_conf_pairs
+from keyflow.config import AUTO_PARALLELISM_ENABLED, SCHEDULER, load_yaml, parse_conf_pairs
 
 if TYPE_CHECKING:  # the runtime loads PySpark: not for every `keyflow` command
     from keyflow.api.pipeline import Pipeline
@@ -89,7 +89,7 @@ def execute(
         job = pipeline.plan()
         if not as_json:
             typer.echo(job.render())
-            if pipeline.config["jobmanager.scheduler"] == "adaptive":
+            if pipeline.config.get(SCHEDULER) == "adaptive":
                 typer.echo("parallelism: chosen at start by the adaptive scheduler from the executor cores")
             if checkpoint is None:
                 _auto_sized_line(pipeline)
@@ -124,7 +124,7 @@ def execute(
 
 def _auto_sized_line(pipeline: Pipeline) -> None:
     """Say which keyed operators a batch run sizes from their input (auto-parallelism)."""
-    if pipeline.is_streaming() or not pipeline.config["execution.batch.adaptive.auto-parallelism.enabled"]:
+    if pipeline.is_streaming() or not pipeline.config.get(AUTO_PARALLELISM_ENABLED):
         return
     names = [node.name for node in pipeline.compile().auto_sized()]
     if names:

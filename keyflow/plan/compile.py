@@ -11,7 +11,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from keyflow.config import AUTO_PARALLELISM, Config, auto_parallelism_bounds
+from keyflow.config import (
+    AUTO_PARALLELISM,
+    AUTO_PARALLELISM_ENABLED,
+    AUTO_PARALLELISM_MAX,
+    AUTO_PARALLELISM_MIN,
+    MAX_PARALLELISM,
+    PIPELINE_NAME,
+    SINK_KEYED_SHUFFLE,
+    Config,
+    auto_parallelism_bounds,
+)
 from keyflow.connectors.base import SplitSource, changelog_mode, is_unbounded
 from keyflow.errors import KeyflowError, PlanError
 from keyflow.keygroups import default_max_parallelism, split_key_groups
@@ -182,7 +192,7 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
         for index, chain in enumerate(chains)
     )
     graph = JobGraph(
-        name=str(config["pipeline.name"]),
+        name=config.get(PIPELINE_NAME),
         max_parallelism=max_parallelism,
         key_hash="spark",
         default_parallelism=default,
@@ -207,9 +217,9 @@ def _keyed_problems(ordered: list[Node], streaming: bool) -> list[str]:
 
 def _option_problems(config: Config) -> list[str]:
     """Options of a batch run that contradict each other, whatever the data."""
-    if not config[AUTO_PARALLELISM + "enabled"]:
+    if not config.get(AUTO_PARALLELISM_ENABLED):
         return []
-    low, high = config[AUTO_PARALLELISM + "min-parallelism"], config[AUTO_PARALLELISM + "max-parallelism"]
+    low, high = config.get(AUTO_PARALLELISM_MIN), config.get(AUTO_PARALLELISM_MAX)
     return [AUTO_PARALLELISM + auto_parallelism_bounds(low, high)] if high is not None and low > high else []
 
 
@@ -355,7 +365,7 @@ def _sink_keyed_shuffle(sink: SinkNode, same_parallelism: bool, parallelism: int
     the sink's parallelism differs from its input's, FORCE whenever it is not 1, NONE never."""
     if not sink.primary_key:
         return False
-    mode = config["table.exec.sink.keyed-shuffle"]
+    mode = config.get(SINK_KEYED_SHUFFLE)
     return parallelism != 1 and ((mode == "AUTO" and not same_parallelism) or mode == "FORCE")
 
 
@@ -381,7 +391,7 @@ _DECLARE_KEY = "declare a primary key (SQL: PRIMARY KEY (...) NOT ENFORCED; Pyth
 
 def _max_parallelism(ordered: list[Node], parallelism: dict[int, int], config: Config) -> int:
     highest = max(parallelism.values())
-    configured = config["pipeline.max-parallelism"]
+    configured = config.get(MAX_PARALLELISM)
     if configured is None:
         try:
             return default_max_parallelism(highest)

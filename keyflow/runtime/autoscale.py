@@ -17,7 +17,7 @@ from typing import Any
 
 from pyspark import SparkContext
 
-from keyflow.config import Config
+from keyflow.config import SCHEDULER, Config
 from keyflow.errors import EngineError
 from keyflow.scheduler.adaptive import AdaptiveScheduler, SchedulerConfig, State
 from keyflow.scheduler.timeline import LOG_FILE, decision_record, resources_record, start_record
@@ -67,9 +67,9 @@ class Autoscaler:
     ) -> Autoscaler | None:
         """An autoscaler if ``jobmanager.scheduler`` is ``adaptive``; the configured parallelism
         (if any) is its upper bound."""
-        if config["jobmanager.scheduler"] != "adaptive":
+        if config.get(SCHEDULER) != "adaptive":
             return None
-        options = SchedulerConfig.from_options(config, max_parallelism, config["parallelism.default"])
+        options = SchedulerConfig.from_config(config, max_parallelism)
         return Autoscaler(AdaptiveScheduler(options, time.time), SparkSlots(context).sample, checkpoint, run_id)
 
     def wait_until_executing(self) -> tuple[int, str]:

@@ -8,7 +8,18 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from keyflow.config import AUTO_PARALLELISM
+from keyflow.config import (
+    AUTO_PARALLELISM,
+    AUTO_PARALLELISM_BALANCE,
+    AUTO_PARALLELISM_ENABLED,
+    AUTO_PARALLELISM_MAX,
+    AUTO_PARALLELISM_MIN,
+    AVG_DATA_VOLUME_PER_TASK,
+    DEFAULT_PARALLELISM,
+    DEFAULT_SOURCE_PARALLELISM,
+    MAX_BROADCAST_RATIO,
+    PROGRESS,
+)
 from keyflow.errors import ConfigError, KeyflowError
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import JobGraph
@@ -45,29 +56,30 @@ def auto_parallelism(plan: CompiledPlan, task_slots: int) -> tuple[AutoParalleli
     The upper bound is ``…max-parallelism``, else ``parallelism.default`` if set (as Flink),
     else the task slots Spark has; never above the max parallelism K."""
     config = plan.config
-    if not config[AUTO_PARALLELISM + "enabled"]:
+    if not config.get(AUTO_PARALLELISM_ENABLED):
         return None, None
-    upper, bound = config[AUTO_PARALLELISM + "max-parallelism"], "set"
+    upper, bound = config.get(AUTO_PARALLELISM_MAX), "set"
     if upper is None:
-        configured = config["parallelism.default"]
+        configured = config.get(DEFAULT_PARALLELISM)
         upper, bound = (configured, "parallelism.default") if configured else (task_slots, "Spark's task slots")
-    if bound != "set" and config[AUTO_PARALLELISM + "min-parallelism"] > upper and plan.auto_sized():
+    lower = config.get(AUTO_PARALLELISM_MIN)
+    if bound != "set" and lower > upper and plan.auto_sized():
         raise ConfigError(
-            f"{AUTO_PARALLELISM}min-parallelism={config[AUTO_PARALLELISM + 'min-parallelism']} is above the upper "
+            f"{AUTO_PARALLELISM}min-parallelism={lower} is above the upper "
             f"bound {upper} ({bound}, as {AUTO_PARALLELISM}max-parallelism is not set); lower min-parallelism or set "
             "max-parallelism"
         )
     try:
         options = AutoParallelism(
-            config[AUTO_PARALLELISM + "min-parallelism"],
+            lower,
             min(upper, plan.max_parallelism),
-            config[AUTO_PARALLELISM + "avg-data-volume-per-task"],
-            config[AUTO_PARALLELISM + "max-broadcast-ratio"],
-            config[AUTO_PARALLELISM + "balance"] == "bytes",
+            config.get(AVG_DATA_VOLUME_PER_TASK),
+            config.get(MAX_BROADCAST_RATIO),
+            config.get(AUTO_PARALLELISM_BALANCE) == "bytes",
         )
     except KeyflowError as error:
         raise ConfigError(f"{AUTO_PARALLELISM}{error}") from None
-    return options, config[AUTO_PARALLELISM + "default-source-parallelism"]
+    return options, config.get(DEFAULT_SOURCE_PARALLELISM)
 
 
 def run_batch(plan: CompiledPlan) -> RunResult:
@@ -76,7 +88,7 @@ def run_batch(plan: CompiledPlan) -> RunResult:
     builder = FrameBuilder(spark, plan, auto_parallelism=options, source_parallelism=sources)
     result = RunResult(plan.graph)
     started = time.perf_counter()
-    show = progress_enabled(plan.config["pipeline.progress"])
+    show = progress_enabled(plan.config.get(PROGRESS))
     try:
         for sink in plan.sinks:
             frame = builder.frame(sink.id)

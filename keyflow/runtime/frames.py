@@ -14,6 +14,7 @@ import pyarrow as pa
 from pyspark import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 
+from keyflow.config import NULL_KEYS, PIPELINE_NAME, PRE_KEYED_VERIFY
 from keyflow.errors import DataError, NullKeysError, PlanError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
@@ -128,9 +129,9 @@ class FrameBuilder:
         if node.on_null is not None:
             self._dead_letters.append((node, upstream.filter(null_key_condition(node.keys)).drop(KEY_GROUP_COLUMN)))
             upstream = upstream.filter(~null_key_condition(node.keys))
-        policy = "keep" if node.on_null is not None else self.plan.config["pipeline.null-keys"]
+        policy = "keep" if node.on_null is not None else self.plan.config.get(NULL_KEYS)
         operator = self.plan.operator(node.id)
-        checks = self.plan.config["pipeline.pre-keyed.verify"]
+        checks = self.plan.config.get(PRE_KEYED_VERIFY)
         state = self._state.get(operator.uid)
         pre_keyed = self.plan.reads_pre_keyed(node)
         context = KeyedContext(
@@ -235,7 +236,7 @@ def session_for(plan: CompiledPlan) -> SparkSession:
     operator; Spark's 64 MiB cap per batch still bounds wide rows), unless the pipeline sets
     these ``spark.*`` options itself."""
     keyed = [operator.parallelism for operator in plan.graph.keyed_operators().values()]
-    name = str(plan.config["pipeline.name"])
+    name = plan.config.get(PIPELINE_NAME)
     settings = {
         "spark.app.name": name,
         "spark.sql.shuffle.partitions": str(max(keyed, default=plan.parallelism)),

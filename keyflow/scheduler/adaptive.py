@@ -32,12 +32,19 @@ before the instant of a new input act before it: keyflow's choice for the same i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
-from keyflow.config import ALIASES, FLINK_2_ONLY, OPTIONS, parse_duration, unknown_key_message
+from keyflow.config import (
+    DEFAULT_PARALLELISM,
+    MIN_PARALLELISM_INCREASE,
+    RESOURCE_STABILIZATION_TIMEOUT,
+    RESOURCE_WAIT_TIMEOUT,
+    SCALING_INTERVAL_MAX,
+    SCALING_INTERVAL_MIN,
+    Config,
+)
 from keyflow.errors import ConfigError
 
 Clock = Callable[[], float]
@@ -87,41 +94,17 @@ class SchedulerConfig:
             raise ConfigError(f"parallelism.default={self.upper_bound} (the upper bound) must be positive")
 
     @staticmethod
-    def from_options(
-        options: Mapping[str, Any], max_parallelism: int, upper_bound: int | None = None
-    ) -> SchedulerConfig:
-        """From ``jobmanager.adaptive-scheduler.*`` keys (Flink's older and newer names)."""
-        values: dict[str, Any] = {}
-        for key, value in options.items():
-            if key in FLINK_2_ONLY:
-                raise ConfigError(f"{key} is not supported: {FLINK_2_ONLY[key]}")
-            canonical = ALIASES.get(key, key)
-            if canonical.startswith(PREFIX) and canonical not in OPTIONS:
-                raise ConfigError(unknown_key_message(key))
-            if canonical.startswith(PREFIX) and value is not None:
-                values[canonical.removeprefix(PREFIX)] = (key, value)
-
-        def duration(name: str, default: float, negative: bool = False) -> float:
-            if name not in values:
-                return default
-            key, value = values[name]
-            return parse_duration(key, value, negative)
-
-        key, increase = values.get("min-parallelism-increase", ("", 1))
-        try:
-            minimum_increase = int(str(increase).strip())
-        except ValueError:
-            raise ConfigError(f"{key}={increase!r} is not an integer") from None
+    def from_config(config: Config, max_parallelism: int) -> SchedulerConfig:
+        """From the pipeline's ``jobmanager.adaptive-scheduler.*`` options (parsed and aliased
+        there); ``parallelism.default``, if set, is the upper bound."""
         return SchedulerConfig(
             max_parallelism=max_parallelism,
-            scaling_interval_min=duration("scaling-interval.min", 30.0),
-            scaling_interval_max=parse_duration(*values["scaling-interval.max"])
-            if "scaling-interval.max" in values
-            else None,
-            min_parallelism_increase=minimum_increase,
-            resource_stabilization_timeout=duration("resource-stabilization-timeout", 10.0),
-            resource_wait_timeout=duration("resource-wait-timeout", 300.0, negative=True),
-            upper_bound=upper_bound,
+            scaling_interval_min=config.get(SCALING_INTERVAL_MIN),
+            scaling_interval_max=config.get(SCALING_INTERVAL_MAX),
+            min_parallelism_increase=config.get(MIN_PARALLELISM_INCREASE),
+            resource_stabilization_timeout=config.get(RESOURCE_STABILIZATION_TIMEOUT),
+            resource_wait_timeout=config.get(RESOURCE_WAIT_TIMEOUT),
+            upper_bound=config.get(DEFAULT_PARALLELISM),
         )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from keyflow.changelog import OP
+from keyflow.config import MAX_PARALLELISM
 from keyflow.connectors.base import changelog_mode
 from keyflow.plan import nodes
 from keyflow.plan.builder import PlanBuilder
@@ -87,7 +88,7 @@ def _insert(builder: PlanBuilder, catalog: Catalog, statement: Insert) -> int:
         )
     casts = [f"CAST({quoted(n)} AS {c.type}) AS {quoted(c.name)}" for n, c in zip(names, table.columns, strict=True)]
     node_id = builder.select(node_id, [*casts, *_row_kind(builder, node_id)], name=f"to {table.name}")
-    parallelism = parallelism_option(table, "sink.parallelism", builder.config["pipeline.max-parallelism"])
+    parallelism = parallelism_option(table, "sink.parallelism", builder.config.get(MAX_PARALLELISM))
     name = f"sink: {table.name}"
     return builder.sink(node_id, sink, parallelism, name, primary_key=table.primary_key, run=not statement.explain)
 
@@ -160,7 +161,7 @@ def _read(builder: PlanBuilder, catalog: Catalog, name: str) -> tuple[int, list[
         raise SqlError(f"no table {name!r} to read FROM (declared: {known}); declare it with CREATE TABLE")
     if name not in catalog.read:
         source = source_of(table)
-        parallelism = parallelism_option(table, "scan.parallelism", builder.config["pipeline.max-parallelism"])
+        parallelism = parallelism_option(table, "scan.parallelism", builder.config.get(MAX_PARALLELISM))
         mode = changelog_mode(source)
         if mode != "insert" and not table.primary_key and parallelism is not None:
             # As Flink: a configured source parallelism routes a changelog by its primary key, also

@@ -21,6 +21,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
+from keyflow.config import CHECKPOINTS_NUM_RETAINED, COMPACTION_MAX_DELTAS, PRE_KEYED_VERIFY
 from keyflow.connectors.base import StreamingSink
 from keyflow.errors import RestoreError
 from keyflow.paths import exists, filesystem
@@ -93,7 +94,7 @@ def commit_micro_batch(
             operators[uid] = needed_files([*previous, *new], plan.max_parallelism)
         pre_keyed, conflicts = {}, 0
         if stream.pre_keyed is not None:  # before the commit: a key in two splits commits nothing
-            pre_keyed, conflicts = stream.pre_keyed.verify(batch, plan.config["pipeline.pre-keyed.verify"])
+            pre_keyed, conflicts = stream.pre_keyed.verify(batch, plan.config.get(PRE_KEYED_VERIFY))
         manifest = Manifest(
             batch, plan.parallelism, plan.max_parallelism, operators, staged, pre_keyed=pre_keyed,
             checkpoint_id=stream.checkpoint_id, plan=stream.plan_file.to_dict(),
@@ -104,7 +105,7 @@ def commit_micro_batch(
         fault("after-commit", batch)
         publish(plan, manifest)
         fault("after-publish", batch)
-        retain(checkpoint, plan.config["state.checkpoints.num-retained"])
+        retain(checkpoint, plan.config.get(CHECKPOINTS_NUM_RETAINED))
     finally:
         builder.release()
     metrics = BatchMetrics(
@@ -121,7 +122,7 @@ def keyed_state(stream: StreamState, batch: int) -> dict[str, CheckpointedState]
     for uid, operator in plan.graph.keyed_operators().items():
         files = tuple(stream.manifest.operators.get(uid, [])) if stream.manifest else ()
         compact = compacting_subtasks(
-            files, plan.max_parallelism, operator.parallelism, plan.config["state.compaction.max-deltas"]
+            files, plan.max_parallelism, operator.parallelism, plan.config.get(COMPACTION_MAX_DELTAS)
         )
         state[uid] = CheckpointedState(
             stream.checkpoint.uri, stream.checkpoint_id, stream.run_id, uid, stream.committed, batch, files,

@@ -17,6 +17,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
+from keyflow.config import CHECKPOINTING_INTERVAL
 from keyflow.errors import (
     DamagedFileError,
     KeyflowError,
@@ -189,7 +190,7 @@ class StreamingJob:
         if self.available_now:
             writer = writer.trigger(availableNow=True)
         else:
-            writer = writer.trigger(processingTime=f"{self.plan.config['execution.checkpointing.interval']} seconds")
+            writer = writer.trigger(processingTime=f"{self.plan.config.get(CHECKPOINTING_INTERVAL)} seconds")
         return writer.start()
 
     def _scheduler_failed(self, error: Exception) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from keyflow.config import PRE_KEYED_VERIFY
 from keyflow.connectors.streams import read_layout, write_layout
 from keyflow.errors import CheckpointError, DataError, KeyflowError, PlanError
 from keyflow.keygroups import split_key_groups
@@ -67,7 +68,7 @@ class PreKeyedSource:
             tables = [read_table(checkpoint, f.path, f.bytes, f.checksum) for f in files[uid]]
             indexes[uid] = SplitIndex(node.keys, pa.concat_tables(tables) if tables else None)
         mapping, complete = list(saved.get("splits", [])), saved.get("complete", True)
-        if not complete and plan.config["pipeline.pre-keyed.verify"] != "off":
+        if not complete and plan.config.get(PRE_KEYED_VERIFY) != "off":
             log.warning(
                 "source %r: earlier micro-batches ran with pipeline.pre-keyed.verify=off, so the keys they saw first "
                 "are not in the split index; a key in two splits is still caught when one subtask reads both, not "

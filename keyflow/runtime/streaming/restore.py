@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pyarrow import fs
 
+from keyflow.config import IGNORE_UNCLAIMED_STATE, MAX_PARALLELISM
 from keyflow.connectors.base import StreamingSink, is_unbounded
 from keyflow.errors import CheckpointError, PlanError, RestoreError
 from keyflow.plan.compile import CompiledPlan
@@ -81,8 +82,8 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
     check_restorable(
         saved.graph,
         current.graph,
-        plan.config["pipeline.max-parallelism"],
-        plan.config["execution.state-recovery.ignore-unclaimed-state"],
+        plan.config.get(MAX_PARALLELISM),
+        plan.config.get(IGNORE_UNCLAIMED_STATE),
         checkpoint.uri,
     )
     try:
