@@ -29,9 +29,8 @@ from bench.report import best_seconds, emit, progress
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan.descriptors import ValueState
 from keyflow.runtime.exchange import keyed_exchange
-from keyflow.runtime.keyed_function import UserProcess
 from keyflow.runtime.session import spark_session
-from keyflow.runtime.workers import KeyedRunner, KeyedTask
+from keyflow.runtime.workers import KeyedRunner, KeyedTask, UserProcess
 from keyflow.state.durable import MemoryState
 
 
@@ -80,7 +79,7 @@ def worker_python(args: argparse.Namespace) -> None:
                 ("user",), {"spend": ValueState("float64")}, 27720, 1, MemoryState(), ("n",) if ordered else (),
                 verify=False,
             )  # fmt: skip
-            runner = KeyedRunner(UserProcess(running_spend), task)
+            runner = KeyedRunner(UserProcess(running_spend, "process"), task)
             batches = table.to_batches(max_chunksize=batch_rows)
             seconds = best_seconds(lambda: sum(b.num_rows for b in runner(iter(batches))), args.repeats)  # noqa: B023
             how = "order_by (input sorted by key)" if ordered else "arrival order (hash grouping)"

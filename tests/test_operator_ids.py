@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from keyflow import Pipeline, console, datagen, log, parquet, sequence
-from keyflow.errors import PlanError
+from keyflow.errors import PlanError, RestoreError
 from tests.streams import TOTAL_SCHEMA, TOTAL_STATE, append, config, events, expected_totals, read_output, running_total
 
 
@@ -63,7 +63,7 @@ def test_uid_keeps_state_across_a_rename(spark, tmp_path: Path) -> None:
     renamed = (
         r"'totals_v2' \(uid 'totals_v2\[user\]'\) has no state .* holds 'running_total' \(uid 'running_total\[user\]'"
     )
-    with pytest.raises(PlanError, match=renamed):
+    with pytest.raises(RestoreError, match=renamed):
         totals(tmp_path, name="totals_v2").run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
     kept = totals(tmp_path, name="totals_v2", uid="running_total[user]")
     kept.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)

@@ -112,9 +112,9 @@ def test_a_correct_pipeline_still_plans(tmp_path: Path) -> None:
     events.select("USER", "amount").key_by("user").aggregate(n="count(*)").sink(parquet(tmp_path / "g"))
     colons = events.key_by("user").process(running_total, "user: string, seq: bigint, total: bigint", order_by="seq")
     colons.key_by("user").aggregate(n="count(*)").sink(parquet(tmp_path / "h"))
-    lateral = events.select("amount * 2 AS twice", "twice + 1 AS more", "current_date", "user").with_columns(
-        a="more + 1", b="a + 1", c="transform(array(twice), x -> x + more)", d="payload:item"
-    )  # lateral aliases, lambda variables, functions without parentheses; ':' is Spark's, not sqlglot's
+    lateral = events.select("amount * 2 AS twice", "twice + 1 AS more", "user").with_columns(
+        a="more + 1", b="a + 1", c="transform(array(twice), x -> x + more)", today="current_date"
+    )  # lateral aliases, lambda variables, functions without parentheses
     lateral.filter("amount > 0").sink(parquet(tmp_path / "i"), primary_key="user")  # Spark finds amount below
     events.select("user", "amount").filter("seq > 0").sink(parquet(tmp_path / "j"))
     assert len(p.compile().sinks) == 10
@@ -293,45 +293,86 @@ def test_auto_parallelism_bounds_only_bind_a_batch_run_that_uses_them(tmp_path: 
         p.compile()
 
 
-def _as_plan_v2(plan: dict[str, Any]) -> dict[str, Any]:
-    """``plan`` as keyflow wrote it in plan format version 2: what state depends on was kept
-    among each operator's display details."""
-    for vertex in plan["vertices"]:
-        for operator in vertex["operators"]:
-            state, pre_keyed_by = operator.pop("state", None), operator.pop("pre_keyed_by", None)
-            details = operator["details"]
-            if pre_keyed_by:
-                details["pre_keyed_by"] = pre_keyed_by
-            if state and state["layout"] != "partials":
-                details["state_layout"] = state["layout"]
-            if state and state["key_groups"] != "hash":
-                details["key_groups"] = state["key_groups"]
-    return {**plan, "format_version": 2}
+FORMAT_2 = Path(__file__).parent / "fixtures" / "plan_format_2.json"  # written by keyflow at 57af632
+
+
+def _format_2_pipeline(root: Path, reorder: bool = False) -> Pipeline:
+    """The pipeline whose plan ``FORMAT_2`` holds (paths aside): a pre-keyed aggregate, a
+    process with state, a key_by aggregate and a normalized changelog; ``reorder``: the same
+    aggregates and state declared in another order."""
+    p = Pipeline(parallelism=2, config={"pipeline.max-parallelism": 64, "pipeline.name": "format-2"})
+    events = p.source(log(str(root / "log")))
+    counts = {"top": "max(amount)", "n": "count(*)"} if reorder else {"n": "count(*)", "top": "max(amount)"}
+    events.reinterpret_as_keyed("user").aggregate(**counts).sink(parquet(root / "a"))
+    state = dict(reversed(TOTAL_STATE.items())) if reorder else TOTAL_STATE
+    events.key_by("user").process(running_total, TOTAL_SCHEMA, state=state, order_by="seq").sink(parquet(root / "b"))
+    totals = {"n": "count(*)", "total": "sum(amount)"} if reorder else {"total": "sum(amount)", "n": "count(*)"}
+    events.key_by("user").aggregate(**totals).sink(parquet(root / "c"))
+    upserts = log(str(root / "log"), changelog_mode="upsert", primary_key="user")
+    p.source(upserts).key_by("user").aggregate(rows="count(*)").sink(parquet(root / "d"))
+    return p
 
 
 def test_a_checkpoint_of_plan_format_version_2_restores_and_its_copies_still_match(tmp_path: Path) -> None:
-    """Checkpoints written before state schemas were typed (format version 2) restore unchanged,
-    and a changed key is still named; their manifests' plan copies still match plan.json."""
+    """A plan.json written before state schemas were typed fields (format 2, a file the older
+    release wrote) reads as the same state schemas and restores; declaring the same aggregates
+    or state in another order restores too (state is stored by name); a manifest's format-2
+    copy of plan.json still matches it once both are read."""
     Log.create(tmp_path / "log", 3, EVENTS)
-    p = Pipeline(parallelism=2, config={"pipeline.max-parallelism": 64})
-    p.source(log(str(tmp_path / "log"))).reinterpret_as_keyed("user").aggregate(n="count(*)").sink(
-        parquet(tmp_path / "a")
-    )
-    p.source(log(str(tmp_path / "log"), changelog_mode="upsert", primary_key="user")).key_by("user").process(
-        running_total, TOTAL_SCHEMA, state=TOTAL_STATE
-    ).sink(parquet(tmp_path / "b"))
-    current = p.compile().graph
-    v2 = _as_plan_v2(json.loads(current.to_json()))
-    assert not [op for vertex in v2["vertices"] for op in vertex["operators"] if "state" in op]
-    saved = JobGraph.from_dict(v2)
-    assert [(op.uid, op.state, op.pre_keyed_by) for op in saved.operators] == [
-        (op.uid, op.state, op.pre_keyed_by) for op in current.operators
-    ]
-    assert {op.state.layout for op in saved.operators if op.state} >= {StateLayout.RUNNING, StateLayout.PARTIALS}
-    assert check_restorable(saved, current, None, False, "ckpt") == []
-    old = JobGraph.from_dict(_as_plan_v2(json.loads(_keyed_by("user", tmp_path).compile().graph.to_json())))
-    with pytest.raises(RestoreError, match=r"it is now keyed by \['seq'\], the checkpoint's state by \['user'\]"):
-        check_restorable(old, _keyed_by("seq", tmp_path).compile().graph, None, False, "ckpt")
+    text = FORMAT_2.read_text()
+    operators = [op for vertex in json.loads(text)["vertices"] for op in vertex["operators"]]
+    assert '"format_version": 2' in text
+    assert not [op for op in operators if "state" in op]  # format 2 kept what state depends on in details
+    saved = JobGraph.from_dict(json.loads(text))
+    for reorder in (False, True):
+        current = _format_2_pipeline(tmp_path, reorder).compile().graph
+        if not reorder:
+            keyed = {op.uid: op.state for op in current.operators if op.state}
+            assert {op.uid: op.state for op in saved.operators if op.state} == keyed
+        assert check_restorable(saved, current, None, False, "ckpt") == []
+    assert {op.uid: op.state.layout for op in saved.operators if op.state} == {
+        "aggregate[user]": StateLayout.RUNNING,
+        "running_total[user]": StateLayout.PARTIALS,
+        "aggregate[user]#2": StateLayout.PARTIALS,
+        "aggregate[user]#3": StateLayout.RETRACTING,
+        "normalize source: log[user]": StateLayout.PARTIALS,
+    }
     plan_file = PlanFile("id-1", saved)
-    assert _as_read({"checkpoint_id": "id-1", "plan": v2}) == as_json(plan_file.to_dict())
-    assert _as_read({"checkpoint_id": "id-1", "plan": {**v2, "format_version": 7}}) is None
+    assert _as_read({"checkpoint_id": "id-1", "plan": json.loads(text)}) == as_json(plan_file.to_dict())
+    assert _as_read({"checkpoint_id": "id-1", "plan": {**json.loads(text), "format_version": 7}}) is None
+
+
+def test_checks_reach_through_lateral_aliases_and_lambdas(tmp_path: Path) -> None:
+    """The expressions that pass in the correct pipeline above are checked, not skipped: a
+    misspelt name inside the lambda or after the lateral alias is found; Spark's functions
+    without parentheses read no column, also inside an aggregate."""
+    Log.create(tmp_path / "log", 3, EVENTS)
+    p = Pipeline(parallelism=2)
+    events = p.source(log(str(tmp_path / "log")))
+    events.select("amount * 2 AS twice", "twice + 1 AS more", "user").with_columns(
+        c="transform(array(twice), x -> x + mor)", today="current_date"
+    ).sink(parquet(tmp_path / "a"))
+    events.key_by("user").aggregate(latest="max(localtimestamp)", who="max(current_user)").sink(parquet(tmp_path / "b"))
+    with pytest.raises(PlanError) as raised:
+        p.compile()
+    assert len(raised.value.problems) == 1
+    assert re.search(r"reads column 'mor'.*did you mean 'more'\?", raised.value.problems[0])
+
+
+class _UpsertsOfUnknownColumns:
+    """A user's changelog connector that cannot tell its columns before it runs."""
+
+    changelog_mode, primary_key = "upsert", ("k",)
+
+    def describe(self) -> dict[str, Any]:
+        return {"connector": "custom"}
+
+    def read(self, spark: Any, parallelism: int) -> Any:
+        raise AssertionError("not read: the plan is refused first")
+
+
+def test_an_upsert_source_must_tell_its_columns() -> None:
+    with pytest.raises(
+        PlanError, match=r"source 'source: custom' is an upsert changelog but does not tell its columns"
+    ):
+        Pipeline(parallelism=2).source(_UpsertsOfUnknownColumns())

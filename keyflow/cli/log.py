@@ -13,7 +13,7 @@ import typer
 
 from keyflow.cli.errors import user_errors
 from keyflow.connectors.log import Log, check_key_columns
-from keyflow.errors import PlanError
+from keyflow.errors import DataError, PlanError
 
 log_app = typer.Typer(
     help="A partitioned append-only log on a filesystem (a stand-in for Kafka).", no_args_is_help=True
@@ -30,7 +30,7 @@ def _read(file: Path) -> pa.Table:
         if suffix == ".csv":
             return pa_csv.read_csv(file)
     except (OSError, pa.ArrowInvalid) as error:
-        raise PlanError(f"cannot read {file}: {error}") from None
+        raise DataError(f"cannot read {file}: {error}") from None
     raise PlanError(f"--file {file}: use a .parquet, .json/.jsonl (JSON lines) or .csv file")
 
 

@@ -93,7 +93,7 @@ class KnowsTypes(KnowsColumns, Protocol):
 
 
 @runtime_checkable
-class ChangelogSource(KnowsColumns, Protocol):
+class ChangelogSource(Protocol):
     """A source whose rows may be changes: ``changelog_mode`` is ``insert`` (rows are
     inserts), ``upsert`` (a row replaces its primary key's; its other columns all null
     delete it) or ``all`` (rows carry ``op``)."""

@@ -1,10 +1,10 @@
 """The one way a plan is built: the Python API and SQL both add their operators here.
 
 Each method adds one logical node after the checks that need no data (names, parallelism,
-uids, keys, aggregations, state), so an operator gets the same checks and the same node
-whichever front end wrote it (that a Python object is a source or a sink, the API checks:
-the plan does not know the connector contracts). What needs the whole plan (columns, whether state can merge
-or retract, partitioning) is checked by :func:`~keyflow.plan.compile.compile_plan`. Pure.
+uids, keys, aggregations, state, that an object is a source or a sink by the connector
+protocols of ``keyflow.connectors.base``), so an operator gets the same checks and the same
+node whichever front end wrote it. What needs the whole plan (columns, whether state can
+merge or retract, partitioning) is checked by :func:`~keyflow.plan.compile.compile_plan`. Pure.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from keyflow.changelog import DELETED, OP
 from keyflow.config import Config
-from keyflow.connectors.base import ChangelogSource, Sink, Source, is_unbounded
+from keyflow.connectors.base import ChangelogSource, KnowsColumns, Sink, Source, is_unbounded
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan, compile_plan
@@ -113,7 +113,14 @@ class PlanBuilder:
             # As Flink's ChangelogNormalize: -U and -D delete the key; a +U after -U (the newest) upserts it.
             deleted = f"{OP} IN ('-U', '-D')"
         else:
-            values = [name for name in source.column_names() or () if name not in keys]
+            columns = source.column_names() if isinstance(source, KnowsColumns) else None
+            if columns is None:
+                raise PlanError(
+                    f"source {label!r} is an upsert changelog but does not tell its columns before it runs "
+                    "(column_names()), so a delete (its non-key columns all null) cannot be told from an upsert; "
+                    "give the source a schema"
+                )
+            values = [name for name in columns if name not in keys]
             deleted = " AND ".join(f"`{name}` IS NULL" for name in values) or "false"
         node_id = self._add(
             nodes.WithColumnsNode, (node_id,), f"row kind {label}", parallelism, columns={DELETED: deleted}

@@ -138,11 +138,12 @@ def _keyed_problems(node: KeyedNode, available: dict[str, Type]) -> list[str]:
 def _aggregate_problems(node: AggregateNode, available: dict[str, Type]) -> list[str]:
     calls = parse_aggregations(node.aggregations)  # an unreadable one reads no known columns
     lowered = {name.lower(): kind for name, kind in available.items()}  # Spark resolves columns case-insensitively
+    known = lowered.keys() | NILADIC  # functions Spark calls without parentheses read no column
     problems = [
         f"operator {node.name!r}: aggregate {call.name}={call.expression!r} reads column(s) {missing}, which "
         f"are not among its input's columns {list(available)}"
         for call in calls
-        if (missing := sorted(c for c in call.columns if c.lower() not in lowered))
+        if (missing := sorted(c for c in call.columns if c.lower() not in known))
     ]
     return problems + [
         f"operator {node.name!r}: aggregate {call.name}={call.expression!r} adds up column {call.argument!r} of "

@@ -16,6 +16,7 @@ from keyflow.config import (
     AUTO_PARALLELISM_ENABLED,
     AUTO_PARALLELISM_MAX,
     AUTO_PARALLELISM_MIN,
+    DEFAULT_PARALLELISM,
     MAX_PARALLELISM,
     PIPELINE_NAME,
     SINK_KEYED_SHUFFLE,
@@ -121,7 +122,7 @@ class CompiledPlan:
     def rescaled(self, parallelism: int) -> CompiledPlan:
         """The same plan at another default parallelism; K stays (state lives in K key groups)
         and operators with an explicit parallelism keep it."""
-        return self.with_config({"parallelism.default": parallelism, "pipeline.max-parallelism": self.max_parallelism})
+        return self.with_config({DEFAULT_PARALLELISM.key: parallelism, MAX_PARALLELISM.key: self.max_parallelism})
 
 
 def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config) -> CompiledPlan:

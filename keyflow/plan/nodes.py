@@ -144,11 +144,15 @@ class ProcessNode(KeyedNode):
     side_input: bool = False  # inputs[1] is broadcast to every subtask, whole
     kind: ClassVar[str] = "process"
 
+    def declared_state(self) -> tuple[tuple[str, str], ...]:
+        """Each declared state's name and Arrow type, as the plan records them."""
+        return tuple((name, str(descriptor.arrow_type)) for name, descriptor in self.state.items())
+
     def describe(self) -> dict[str, Any]:
         described = {
             "keys": list(self.keys),
             "function": function_name(self.function),
-            "state": {name: str(descriptor.arrow_type) for name, descriptor in self.state.items()},
+            "state": dict(self.declared_state()),
             "order_by": list(self.order_by),
         }
         return {**described, "side_input": True} if self.side_input else described

@@ -47,7 +47,7 @@ class KeyedProcess(KeyedOperator):
     node: ProcessNode
 
     def contents(self) -> tuple[tuple[str, str], ...]:
-        return tuple((name, str(descriptor.arrow_type)) for name, descriptor in self.node.state.items())
+        return self.node.declared_state()
 
 
 @dataclass(frozen=True, eq=False)

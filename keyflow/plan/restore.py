@@ -85,7 +85,7 @@ def _changes(saved: Operator, current: Operator) -> list[str]:
         changes.append(f"it is now a {current.kind} operator, the checkpoint's a {saved.kind} one")
     if old.keys != new.keys:
         changes.append(f"it is now keyed by {list(new.keys)}, the checkpoint's state by {list(old.keys)}")
-    if old.contents != new.contents:
+    if dict(old.contents) != dict(new.contents):  # state is stored by name: order does not matter
         changes.append(f"it now keeps {dict(new.contents)}, the checkpoint {dict(old.contents)}")
     if old.layout != new.layout:
         changes.append(f"it now keeps its state as {_WORDS[new.layout]}, the checkpoint as {_WORDS[old.layout]}")

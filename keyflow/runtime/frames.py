@@ -163,7 +163,7 @@ class FrameBuilder:
         frame = self.frame(node.inputs[1]).drop(KEY_GROUP_COLUMN)
         table: pa.Table = self.guarded(frame.toArrow, self.plan.nodes[node.inputs[1]])
         if table.nbytes > MAX_SIDE_INPUT_BYTES:
-            raise PlanError(
+            raise DataError(
                 f"the side input of {node.name!r} holds {table.nbytes:,} bytes in memory, above "
                 f"{MAX_SIDE_INPUT_BYTES:,}: every subtask receives it whole. Filter or aggregate it first, or join "
                 "it to the keyed stream before key_by"

@@ -5,16 +5,15 @@ A keyed subtask's runner (:class:`keyflow.runtime.workers.KeyedRunner`) drives o
 with their state, ``finish`` at the end of the subtask's input with the keys the run
 touched (a running aggregate emits them there; event-time timers will fire there), and
 ``close`` last. A result of None emits nothing; any other result is conformed to the
-operator's schema. A user's ``process`` function is run through :class:`UserProcess`.
+operator's schema. A user's ``process`` function is run through
+:class:`keyflow.runtime.workers.UserProcess`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pyarrow as pa
-from pyspark import Broadcast
 
 from keyflow.state.keyed import KeyedBatch, KeyedState
 
@@ -37,14 +36,3 @@ class KeyedFunction:
 
     def close(self) -> None:
         """After ``finish`` and after the state was written."""
-
-
-class UserProcess(KeyedFunction):
-    """A ``process(fn)`` function: ``fn(batch, state)``, or ``fn(batch, state, side)`` with a
-    broadcast side input (shipped once per executor, passed whole to every call)."""
-
-    def __init__(self, function: Callable[..., Any], side: Broadcast[pa.Table] | None = None) -> None:
-        self.function, self.side = function, side
-
-    def process(self, batch: KeyedBatch, state: KeyedState) -> Any:
-        return self.function(batch, state) if self.side is None else self.function(batch, state, self.side.value)

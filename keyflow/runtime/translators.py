@@ -30,7 +30,7 @@ from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
 from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
 from keyflow.runtime.errors import first_line
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
-from keyflow.runtime.keyed_function import KeyedFunction, UserProcess
+from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.runtime.keygroups import key_group_column
 from keyflow.runtime.operators import (
     AdaptiveExchange,
@@ -40,7 +40,7 @@ from keyflow.runtime.operators import (
     map_in_arrow,
     session_timezone,
 )
-from keyflow.runtime.workers import KeyedRunner, KeyedTask
+from keyflow.runtime.workers import KeyedRunner, KeyedTask, UserProcess
 from keyflow.state.durable import CheckpointedState, MemoryState
 
 
@@ -69,6 +69,11 @@ class KeyedContext:
     adaptive: AdaptiveExchange | None = None
     ranges: KeyGroupRanges | None = None
     side: Broadcast[pa.Table] | None = None
+
+    @property
+    def label(self) -> str:
+        """The operator as errors name it."""
+        return f"{self.node.kind} {self.node.name!r}"
 
     def exchange(self, rows: DataFrame, keep_key_group: bool) -> DataFrame:
         """Rows routed to the subtask owning their key group (a reinterpreted operator's are
@@ -105,7 +110,7 @@ class KeyedContext:
         """The keyed function over each subtask's rows, in the workers."""
         node = self.node
         task = KeyedTask(
-            f"{node.kind} {node.name!r}", schema, node.keys, dict(state), self.max_parallelism,
+            self.label, schema, node.keys, dict(state), self.max_parallelism,
             self.operator.parallelism, self.keyed_state or MemoryState(), order_by, node.reinterpreted, self.verify,
             self.report_keys, self.ranges, unique_keys,
         )  # fmt: skip
@@ -140,7 +145,9 @@ def _process(operator: physical.KeyedProcess, frame: DataFrame, context: KeyedCo
     exchanged = context.exchange(frame, keep_key_group=True)
     if node.order_by:  # whole keys per call; without order_by the worker groups each batch by hashing
         exchanged = exchanged.sortWithinPartitions(*node.keys)
-    return context.run(exchanged, UserProcess(node.function, context.side), schema, node.state, node.order_by)
+    assert node.function is not None  # the builder requires one
+    function = UserProcess(node.function, context.label, context.side)
+    return context.run(exchanged, function, schema, node.state, node.order_by)
 
 
 def _group_by(operator: physical.GroupByAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:

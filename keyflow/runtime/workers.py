@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-from pyspark import TaskContext
+from pyspark import Broadcast, TaskContext
 
 from keyflow.errors import DataError, PipelineError, WorkerError
 from keyflow.keygroups import KEY_GROUP_COLUMN, key_group_range
@@ -43,12 +43,7 @@ def conform(result: Any, schema: pa.Schema, operator: str) -> pa.Table:
                 )
             ) from None
     else:
-        raise WorkerError(
-            DataError(
-                f"{operator} returned {type(result).__name__}; "
-                "return a pyarrow.Table, pyarrow.RecordBatch or pandas.DataFrame"
-            )
-        )
+        raise _not_a_table(operator, result)
     try:
         return conform_to(table, schema)
     except ColumnsDifferError:
@@ -68,6 +63,15 @@ def conform(result: Any, schema: pa.Schema, operator: str) -> pa.Table:
         ) from None
 
 
+def _not_a_table(operator: str, result: Any) -> WorkerError:
+    return WorkerError(
+        DataError(
+            f"{operator} returned {type(result).__name__}; return a pyarrow.Table, pyarrow.RecordBatch or "
+            "pandas.DataFrame (an empty one to emit nothing)"
+        )
+    )
+
+
 class BatchMapper:
     """``map_batches``: one user call per Arrow batch."""
 
@@ -79,6 +83,21 @@ class BatchMapper:
             argument = batch.to_pandas() if self.batch_format == "pandas" else batch
             result = _call(self.function, self.operator, argument)
             yield from conform(result, self.schema, self.operator).to_batches()
+
+
+class UserProcess(KeyedFunction):
+    """A ``process(fn)`` function: ``fn(batch, state)``, or ``fn(batch, state, side)`` with a
+    broadcast side input (shipped once per executor, passed whole to every call). It must
+    return rows: a None (a forgotten ``return``) is an error, not silently no output."""
+
+    def __init__(self, function: Callable[..., Any], operator: str, side: Broadcast[pa.Table] | None = None) -> None:
+        self.function, self.operator, self.side = function, operator, side
+
+    def process(self, batch: KeyedBatch, state: KeyedState) -> Any:
+        result = self.function(batch, state) if self.side is None else self.function(batch, state, self.side.value)
+        if result is None:
+            raise _not_a_table(self.operator, result)
+        return result
 
 
 @dataclass(frozen=True)
@@ -137,15 +156,17 @@ class KeyedRunner:
         self._kinds = {name: view_kind(descriptor) for name, descriptor in task.state.items()}
         self._reports: list[pa.Table] = []
         _call(self.function.open, task.operator, self._subtask, self._range)
-        for table in itertools.chain([first] if first is not None else [], tables):
-            yield from self._run(table)
-        if self.function.finishes and len(touched := self._store.touched()):
-            state = KeyedState(self._store, touched, self._kinds)
-            yield from self._emit(_call(self.function.finish, task.operator, self._store.keys(touched), state))
-        task.keyed_state.close(self._store, self._subtask, *self._range)
-        if self._reports:
-            task.keyed_state.report_keys(pa.concat_tables(self._reports), *self._range)
-        _call(self.function.close, task.operator)
+        try:
+            for table in itertools.chain([first] if first is not None else [], tables):
+                yield from self._run(table)
+            if self.function.finishes and len(touched := self._store.touched()):
+                state = KeyedState(self._store, touched, self._kinds)
+                yield from self._emit(_call(self.function.finish, task.operator, self._store.keys(touched), state))
+            task.keyed_state.close(self._store, self._subtask, *self._range)
+            if self._reports:
+                task.keyed_state.report_keys(pa.concat_tables(self._reports), *self._range)
+        finally:  # also after a failure, as Flink closes its functions
+            _call(self.function.close, task.operator)
 
     def _emit(self, result: Any) -> Iterator[pa.RecordBatch]:
         if result is not None:

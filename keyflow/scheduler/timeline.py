@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from keyflow.errors import KeyflowError
+from keyflow.errors import DamagedCheckpointError
 from keyflow.scheduler.adaptive import Decision, SchedulerConfig, State
 
 LOG_FILE = "scheduler.jsonl"
@@ -76,7 +76,9 @@ def timeline(records: Iterable[Mapping[str, Any]], now: float | None = None) -> 
             runs.append(Run(time, time, float(record["config"]["scaling_interval_min"])))
             continue
         if not runs:
-            raise KeyflowError(f"the scheduler log ({LOG_FILE}) does not begin with a 'start' record; it was edited")
+            raise DamagedCheckpointError(
+                f"the scheduler log ({LOG_FILE}) does not begin with a 'start' record; it was edited"
+            )
         run = runs[-1]
         run.end = max(run.end, time)
         if kind == "resources":

@@ -78,7 +78,7 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
         checkpoint.fs.delete_dir_contents(checkpoint.path(SOURCE_DIR), missing_dir_ok=True)
         return _start(plan, checkpoint)
     # K is the checkpoint's: state lives in that many key groups.
-    current = plan.with_config({"pipeline.max-parallelism": saved.graph.max_parallelism})
+    current = plan.with_config({MAX_PARALLELISM.key: saved.graph.max_parallelism})
     check_restorable(
         saved.graph,
         current.graph,
