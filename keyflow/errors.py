@@ -10,9 +10,15 @@ import json
 import re
 from typing import Any
 
+_KINDS: dict[str, type[KeyflowError]] = {}  # every error class by name, for ``decode``
+
 
 class KeyflowError(ValueError):
     """Base of keyflow's user-facing errors (a ValueError: bad input, not a bug)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _KINDS[cls.__name__] = cls  # a new error class decodes from a worker without being listed
 
     def fields(self) -> dict[str, Any]:
         """What rebuilds this error besides its message, when a Spark worker raises it (``encode``)."""
@@ -22,6 +28,9 @@ class KeyflowError(ValueError):
     def rebuilt(cls, message: str, fields: dict[str, Any]) -> KeyflowError:
         """The error ``encode`` wrote as ``message`` and ``fields``."""
         return cls(message)
+
+
+_KINDS[KeyflowError.__name__] = KeyflowError
 
 
 class PlanError(KeyflowError):
@@ -112,11 +121,6 @@ class WorkerError(RuntimeError):
         super().__init__(encode(error))
 
 
-_KINDS: dict[str, type[KeyflowError]] = {
-    kind.__name__: kind
-    for kind in (KeyflowError, PlanError, ConfigError, CheckpointError, DamagedFileError, DamagedCheckpointError,
-                 RestoreError, PipelineError, DataError, NullKeysError, EngineError)
-}  # fmt: skip
 _ENCODED = re.compile(r"\[keyflow:(\w+)\] ")
 
 

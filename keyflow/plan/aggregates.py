@@ -48,18 +48,27 @@ def parse_aggregations(aggregations: Mapping[str, str]) -> tuple[AggregateCall, 
     return _parsed(tuple(aggregations.items()))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)
 def _parsed(aggregations: tuple[tuple[str, str], ...]) -> tuple[AggregateCall, ...]:
     """Parsed once per distinct aggregations: the plan checks and the physical kind both read them."""
     calls = []
     for name, expression in aggregations:
-        try:
-            tree = sqlglot.parse_one(expression, read="spark")
-        except sqlglot.errors.SqlglotError:
+        tree = parse_expression(expression)
+        if tree is None:
             calls.append(AggregateCall(name, expression.strip(), "", (), False, False, frozenset(), parsed=False))
-            continue
-        calls.append(_call(name, expression.strip(), tree))
+        else:
+            calls.append(_call(name, expression.strip(), tree))
     return tuple(calls)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_expression(expression: str) -> exp.Expr | None:
+    """``expression`` as sqlglot reads Spark SQL, parsed once per text (the trees are only
+    read); None where it cannot (Spark's dialect is larger: Spark then checks it)."""
+    try:
+        return sqlglot.parse_one(expression, read="spark")
+    except sqlglot.errors.SqlglotError:
+        return None
 
 
 def _unreadable(operator: str, call: AggregateCall, why: str) -> str:

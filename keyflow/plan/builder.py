@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from keyflow.changelog import DELETED, OP
 from keyflow.config import Config
-from keyflow.connectors.base import ChangelogSource, KnowsColumns, Sink, Source, is_unbounded
+from keyflow.connectors.base import ChangelogSource, KnowsColumns, Sink, Source
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan, compile_plan
@@ -287,8 +287,7 @@ class PlanBuilder:
 
     def reads_unbounded(self, roots: Iterable[int] | None = None) -> bool:
         """Whether ``roots`` (default: the sinks) read an unbounded source, so they run as a stream."""
-        needed = nodes.upstream(self._nodes, self._sinks if roots is None else roots)
-        return any(is_unbounded(node.source) for node in needed if isinstance(node, nodes.SourceNode))
+        return nodes.reads_unbounded(nodes.upstream(self._nodes, self._sinks if roots is None else roots))
 
     def compile(self, roots: Sequence[int] | None = None) -> CompiledPlan:
         """The plan of ``roots`` (default: every sink) and what they depend on."""

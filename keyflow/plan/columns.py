@@ -14,12 +14,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 
-import sqlglot
 from sqlglot import exp
 
 from keyflow.changelog import OP
 from keyflow.connectors.base import KnowsColumns, KnowsTypes
-from keyflow.plan.aggregates import AggregateCall, parse_aggregations, read_columns
+from keyflow.plan.aggregates import AggregateCall, parse_aggregations, parse_expression, read_columns
 from keyflow.plan.nodes import (
     AggregateNode,
     FilterNode,
@@ -84,7 +83,7 @@ def _selected(expressions: tuple[str, ...], upstream: dict[str, Type]) -> Column
     columns: dict[str, Type] = {}
     spelled = {name.lower(): name for name in upstream}  # Spark keeps the input's spelling
     for expression in expressions:
-        tree = _parsed(expression)
+        tree = parse_expression(expression)
         if isinstance(tree, exp.Star):
             columns.update(upstream)
         elif isinstance(tree, exp.Alias):
@@ -95,14 +94,6 @@ def _selected(expressions: tuple[str, ...], upstream: dict[str, Type]) -> Column
         else:
             return None  # not SQL sqlglot reads, s.*, s.field, computed: named by Spark
     return columns
-
-
-def _parsed(expression: str) -> exp.Expr | None:
-    """``expression`` as sqlglot reads Spark SQL; None where it cannot (Spark's dialect is larger)."""
-    try:
-        return sqlglot.parse_one(expression, read="spark")
-    except sqlglot.errors.SqlglotError:
-        return None
 
 
 def column_problems(nodes: Mapping[int, Node], ordered: list[Node]) -> list[str]:
@@ -172,7 +163,7 @@ def _expression_problems(node: Node, available: dict[str, Type]) -> list[str]:
         texts, defined = (node.condition,), set()
     else:
         return []
-    trees = {text: tree for text in texts if (tree := _parsed(text)) is not None and not tree.find(exp.Select)}
+    trees = {text: tree for text in texts if (tree := parse_expression(text)) is not None and not tree.find(exp.Select)}
     defined |= {tree.alias for tree in trees.values() if isinstance(tree, exp.Alias)}
     known = {name.lower() for name in (*available, *defined, *NILADIC)}
     return [

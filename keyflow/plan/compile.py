@@ -23,7 +23,7 @@ from keyflow.config import (
     Config,
     auto_parallelism_bounds,
 )
-from keyflow.connectors.base import SplitSource, changelog_mode, is_unbounded
+from keyflow.connectors.base import SplitSource, changelog_mode
 from keyflow.errors import KeyflowError, PlanError
 from keyflow.keygroups import default_max_parallelism, split_key_groups
 from keyflow.plan.columns import column_problems
@@ -37,9 +37,10 @@ from keyflow.plan.nodes import (
     SourceNode,
     WithColumnsNode,
     keyed_origin,
+    reads_unbounded,
     upstream,
 )
-from keyflow.plan.physical import lower_keyed
+from keyflow.plan.physical import KeyedOperator, lower_keyed
 from keyflow.plan.state_schema import KeyGroupSource, StateSchema
 from keyflow.plan.uids import assign_uids
 
@@ -56,6 +57,13 @@ class CompiledPlan:
     nodes: Mapping[int, Node]
     roots: tuple[int, ...]
     config: Config
+    physical: Mapping[int, KeyedOperator]  # each keyed node's physical kind, by node id
+    streaming: bool  # it reads an unbounded source: the kinds keep state across micro-batches
+
+    def keyed_operator(self, node: KeyedNode, stateful: bool) -> KeyedOperator:
+        """``node``'s physical kind, as compiled; lowered again only for a run of the other
+        kind (``stateful`` differs from how the plan was compiled)."""
+        return self.physical[node.id] if stateful == self.streaming else lower_keyed(node, stateful)
 
     @property
     def parallelism(self) -> int:
@@ -130,8 +138,9 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
     ordered = upstream(nodes, roots)
     default = config.default_parallelism()
     parallelism = {node.id: node.parallelism or default for node in ordered}
-    streaming = any(is_unbounded(n.source) for n in ordered if isinstance(n, SourceNode))
-    problems = [*_keyed_problems(ordered, streaming), *column_problems(nodes, ordered)]
+    streaming = reads_unbounded(ordered)
+    physical, problems = _lowered(ordered, streaming)
+    problems += column_problems(nodes, ordered)
     if not streaming:
         problems += _option_problems(config)
     try:
@@ -184,7 +193,7 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
                     parallelism[node.id],
                     input_partitioner[node.id],
                     node.describe(),
-                    _state_schema(node, nodes, pre_keyed, streaming),
+                    _state_schema(node, nodes, pre_keyed, physical),
                     pre_keyed.get(node.id, ()),
                 )
                 for node in chain
@@ -200,20 +209,21 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
         vertices=vertices,
         edges=tuple(edges),
     )
-    return CompiledPlan(graph, {node.id: node for node in ordered}, tuple(roots), config)
+    return CompiledPlan(graph, {node.id: node for node in ordered}, tuple(roots), config, physical, streaming)
 
 
-def _keyed_problems(ordered: list[Node], streaming: bool) -> list[str]:
-    """Each keyed operator lowered to its physical kind: what cannot run (an aggregate state
-    cannot merge or retract, an expression that is not SQL) is found here, before Spark."""
+def _lowered(ordered: list[Node], streaming: bool) -> tuple[dict[int, KeyedOperator], list[str]]:
+    """Each keyed operator lowered to its physical kind, once; what cannot run (an aggregate
+    state cannot merge or retract, an expression that is not SQL) is found here, before Spark."""
+    physical: dict[int, KeyedOperator] = {}
     problems: list[str] = []
     for node in ordered:
         if isinstance(node, KeyedNode):
             try:
-                lower_keyed(node, streaming)
+                physical[node.id] = lower_keyed(node, streaming)
             except PlanError as error:
                 problems.extend(error.problems)
-    return problems
+    return physical, problems
 
 
 def _option_problems(config: Config) -> list[str]:
@@ -285,14 +295,14 @@ def _pre_keyed_sources(ordered: list[Node], nodes: Mapping[int, Node]) -> dict[i
 
 
 def _state_schema(
-    node: Node, nodes: Mapping[int, Node], pre_keyed: dict[int, tuple[str, ...]], streaming: bool
+    node: Node, nodes: Mapping[int, Node], pre_keyed: dict[int, tuple[str, ...]], physical: dict[int, KeyedOperator]
 ) -> StateSchema | None:
     """What a keyed operator persists. One reading a pre-keyed source keeps its state in its
     splits' key groups, not the key hash's, so a checkpoint cannot switch between the two."""
     if not isinstance(node, KeyedNode):
         return None
     reads_splits = node.reinterpreted and keyed_origin(nodes, node.inputs[0]).id in pre_keyed
-    return lower_keyed(node, streaming).state_schema(KeyGroupSource.SPLITS if reads_splits else KeyGroupSource.HASH)
+    return physical[node.id].state_schema(KeyGroupSource.SPLITS if reads_splits else KeyGroupSource.HASH)
 
 
 def _check_reinterpretable(

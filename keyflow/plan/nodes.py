@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from keyflow.connectors.base import Sink, Source, changelog_mode
+from keyflow.connectors.base import Sink, Source, changelog_mode, is_unbounded
 from keyflow.plan.descriptors import StateDescriptor
 
 
@@ -206,6 +206,11 @@ def emits_changelog(nodes: Mapping[int, Node], node_id: int) -> bool:
     if isinstance(node, (SelectNode, FilterNode, WithColumnsNode, MapBatchesNode)):
         return emits_changelog(nodes, node.inputs[0])  # they must keep ``op`` (checked when they run)
     return False
+
+
+def reads_unbounded(needed: Iterable[Node]) -> bool:
+    """Whether any of ``needed`` reads an unbounded source (the plan then runs as a stream)."""
+    return any(is_unbounded(node.source) for node in needed if isinstance(node, SourceNode))
 
 
 def keyed_origin(nodes: Mapping[int, Node], node_id: int) -> Node:

@@ -9,7 +9,6 @@ so a new way of running (event-time windows, joins) is a new kind, not a new fla
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -95,7 +94,6 @@ class InWorkerDistinctAggregate(Aggregate):
 IN_WORKER = "after reinterpret_as_keyed (it runs in the worker; use key_by for others)"
 
 
-@functools.cache
 def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
     """The physical kind of ``node``; ``stateful``: state lives across micro-batches (a
     streaming run), else one batch run. Raises a PlanError naming what cannot run."""

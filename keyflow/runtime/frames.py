@@ -21,7 +21,6 @@ from keyflow.plan import nodes
 from keyflow.plan.columns import missing_primary_key_message
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
-from keyflow.plan.physical import lower_keyed
 from keyflow.runtime.adaptive_exchange import StageReport, adaptive_keyed_exchange
 from keyflow.runtime.errors import guarded
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition, rebalance
@@ -154,7 +153,7 @@ class FrameBuilder:
             self._broadcasts.append(context.side)
         if self._auto and node in self.plan.auto_sized():
             context.adaptive = self._adaptive(node, 0 if table is None else table.nbytes)
-        return translate_keyed(lower_keyed(node, self._stateful), upstream, context)
+        return translate_keyed(self.plan.keyed_operator(node, self._stateful), upstream, context)
 
     def _side_input(self, node: nodes.KeyedNode) -> pa.Table | None:
         """A process function's broadcast side input, read whole on the driver."""

@@ -39,8 +39,13 @@ def apply_stateless(node: nodes.Node, frame: DataFrame) -> DataFrame:
                 mapper = BatchMapper(node.function, schema, node.batch_format, f"map_batches {node.name!r}")  # type: ignore[arg-type]
                 return map_in_arrow(frame, mapper, schema, node)
     except (AnalysisException, ParseException) as error:
-        raise PlanError(f"operator {node.name!r} ({node.kind}: {described(node)}): {first_line(str(error))}") from None
+        raise analysis_error(node, error) from None
     raise AssertionError(node.kind)
+
+
+def analysis_error(node: nodes.Node, error: Exception) -> PlanError:
+    """What Spark's analyser found in an operator, naming it and what it was asked to do."""
+    return PlanError(f"operator {node.name!r} ({node.kind}: {described(node)}): {first_line(str(error))}")
 
 
 def require_key_columns(node: nodes.KeyedNode, frame: DataFrame) -> None:

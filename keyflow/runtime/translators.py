@@ -28,15 +28,14 @@ from keyflow.plan.graph import Operator
 from keyflow.plan.nodes import KeyedNode
 from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
 from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
-from keyflow.runtime.errors import first_line
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.runtime.keygroups import key_group_column
 from keyflow.runtime.operators import (
     AdaptiveExchange,
     KeyGroupRanges,
+    analysis_error,
     arrow_schema,
-    described,
     map_in_arrow,
     session_timezone,
 )
@@ -122,8 +121,7 @@ def translate_keyed(operator: physical.KeyedOperator, frame: DataFrame, context:
     try:
         return TRANSLATORS[type(operator)](operator, frame, context)
     except (AnalysisException, ParseException) as error:
-        node = operator.node
-        raise PlanError(f"operator {node.name!r} ({node.kind}: {described(node)}): {first_line(str(error))}") from None
+        raise analysis_error(operator.node, error) from None
 
 
 def _normalize(operator: physical.ChangelogNormalize, frame: DataFrame, context: KeyedContext) -> DataFrame:

@@ -183,8 +183,9 @@ class StreamingJob:
         plan_file = restore.check_source_schema(
             self.checkpoint, self._stream.plan_file, self._source, stream.drop(KEY_GROUP_COLUMN).schema.simpleString()
         )
-        self._stream = dataclasses.replace(self._stream, plan_file=plan_file)
-        self._stream = dataclasses.replace(self._stream, plan_file=prepare(self._stream, spark, stream.schema))
+        self._stream = dataclasses.replace(
+            self._stream, plan_file=prepare(self._stream, plan_file, spark, stream.schema)
+        )
         source_dir = f"{self.checkpoint.uri.rstrip('/')}/{SOURCE_DIR}"  # Spark's own offsets
         writer = stream.writeStream.foreachBatch(self._run_batch).option("checkpointLocation", source_dir)
         if self.available_now:

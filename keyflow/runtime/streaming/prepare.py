@@ -19,8 +19,8 @@ from keyflow.runtime.streaming.commit import StreamState, keyed_state
 from keyflow.state.plan_file import PlanFile
 
 
-def prepare(stream: StreamState, spark: SparkSession, schema: StructType) -> PlanFile:
-    """Build and analyse the plan over no rows; the plan file with the key types recorded
+def prepare(stream: StreamState, plan_file: PlanFile, spark: SparkSession, schema: StructType) -> PlanFile:
+    """Build and analyse the plan over no rows; ``plan_file`` with the key types recorded
     (a first run) or checked against the checkpoint's (a restore)."""
     plan = stream.plan
     empty = spark.createDataFrame([], schema)
@@ -32,4 +32,4 @@ def prepare(stream: StreamState, spark: SparkSession, schema: StructType) -> Pla
         current = {uid: builder.key_types(node.id) for uid, node in plan.keyed_nodes().items()}
     finally:
         builder.release()
-    return restore.check_key_types(stream.checkpoint, stream.plan_file, plan, current)
+    return restore.check_key_types(stream.checkpoint, plan_file, plan, current)
