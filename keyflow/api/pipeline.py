@@ -15,6 +15,7 @@ from keyflow.errors import PlanError
 from keyflow.plan import nodes
 from keyflow.plan.builder import PlanBuilder, check_parallelism
 from keyflow.plan.compile import CompiledPlan
+from keyflow.plan.event_time import WatermarkStrategy
 from keyflow.plan.graph import JobGraph
 
 if TYPE_CHECKING:
@@ -54,10 +55,17 @@ class Pipeline:
         return self.builder.config
 
     def source(
-        self, source: Any, parallelism: int | None = None, name: str | None = None, uid: str | None = None
+        self,
+        source: Any,
+        parallelism: int | None = None,
+        name: str | None = None,
+        uid: str | None = None,
+        watermark: WatermarkStrategy | None = None,
     ) -> Stream:
-        """A stream reading ``source``; ``parallelism`` is the source's own (``scan.parallelism``)."""
-        return Stream(self, self.builder.source(source, parallelism, name, uid))
+        """A stream reading ``source``; ``parallelism`` is the source's own (``scan.parallelism``);
+        ``watermark`` (Flink's ``fromSource(source, watermarkStrategy, name)``) declares its event
+        time and how the watermark follows it, per split: see docs/event_time.md."""
+        return Stream(self, self.builder.source(source, parallelism, name, uid, watermark))
 
     @property
     def operators(self) -> Mapping[int, nodes.Node]:

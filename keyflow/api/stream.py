@@ -179,6 +179,7 @@ class KeyedStream:
         name: str | None = None,
         parallelism: int | None = None,
         side: Broadcast | None = None,
+        on_timer: Callable[..., Any] | None = None,
     ) -> Stream:
         """A keyed process function over Arrow batches: ``function(batch, state) -> table``.
 
@@ -188,6 +189,13 @@ class KeyedStream:
         ``pyarrow.Table``/``RecordBatch`` or pandas DataFrame matching ``schema``. With
         ``side=stream.broadcast()`` the function is ``function(batch, state, side)``, ``side``
         the whole side stream as a ``pyarrow.Table``.
+
+        With ``on_timer``, ``state.timers`` registers and deletes event-time and processing-time
+        timers per key (:class:`keyflow.TimerService`), and ``on_timer(timers, state) -> table``
+        is called with the keys whose timers fire (:class:`keyflow.FiredTimers`: at most one
+        timer per key per call, in timestamp order) and their state. Event-time timers fire when
+        the watermark passes them (see ``Pipeline.source(..., watermark=)``), all of them at the
+        end of a bounded input.
         """
         if side is not None and not isinstance(side, Broadcast):
             raise PlanError(f"process side= takes a broadcast stream (stream.broadcast()), got {side!r}")
@@ -204,5 +212,6 @@ class KeyedStream:
             name,
             parallelism,
             None if side is None else side.stream.node_id,
+            on_timer,
         )
         return stream._then(node_id)

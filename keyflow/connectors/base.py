@@ -105,6 +105,9 @@ class ChangelogSource(Protocol):
     def primary_key(self) -> tuple[str, ...]: ...
 
 
+SPLIT_COLUMN = "__keyflow_split"
+
+
 @runtime_checkable
 class SplitSource(Protocol):
     """A stream of splits partitioned by key: readable as a pre-keyed stream
@@ -114,8 +117,11 @@ class SplitSource(Protocol):
         """The number of splits now (splits may be added while a pipeline runs)."""
         ...
 
-    def read_stream(self, spark: SparkSession, parallelism: int, layout: str | None = None) -> DataFrame:
-        """With ``layout``: read pre-keyed, rows carrying their split's key group."""
+    def read_stream(
+        self, spark: SparkSession, parallelism: int, layout: str | None = None, split_column: bool = False
+    ) -> DataFrame:
+        """With ``layout``: read pre-keyed, rows carrying their split's key group; with
+        ``split_column``, each row's split in ``SPLIT_COLUMN`` (per-split watermarks)."""
         ...
 
 

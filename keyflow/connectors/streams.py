@@ -20,6 +20,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from keyflow.changelog import MODES, OFFSET, OP
+from keyflow.connectors.base import SPLIT_COLUMN
 from keyflow.connectors.log import Log, check_key_columns
 from keyflow.errors import KeyflowError, PlanError, positive_option
 from keyflow.keygroups import KEY_GROUP_COLUMN, split_key_groups, subtask_for_key_group
@@ -104,6 +105,7 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.log = Log(options["path"])
         self.layout = options.get("layout")
         self.offsets = options.get("offsets") == "true"
+        self.split_column = options.get("split_column") == "true"
         self.partitions_count = int(options["partitions"])
         self.per_batch = int(options["rows_per_batch"]) if options.get("rows_per_batch") else None
         self.target: dict[str, int] | None = None
@@ -199,6 +201,8 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if self.layout is not None:
                     column = pa.array(np.full(batch.num_rows, key_group, dtype=np.int32))
                     batch = batch.append_column(KEY_GROUP_COLUMN, column)
+                if self.split_column:
+                    batch = batch.append_column(SPLIT_COLUMN, pa.array(np.full(batch.num_rows, split, dtype=np.int32)))
                 yield batch
 
 
@@ -215,6 +219,8 @@ class LogDataSource(DataSource):
             schema = schema.append(pa.field(OFFSET, pa.int64()))
         if self.options.get("layout"):
             schema = schema.append(pa.field(KEY_GROUP_COLUMN, pa.int32()))
+        if self.options.get("split_column") == "true":
+            schema = schema.append(pa.field(SPLIT_COLUMN, pa.int32()))
         return from_arrow_schema(schema)
 
     def streamReader(self, schema: Any) -> LogReader:
@@ -312,15 +318,20 @@ class LogStreamSource:
         """The log's number of splits now (splits may be added while a pipeline runs)."""
         return Log(self.path).splits
 
-    def read_stream(self, spark: SparkSession, parallelism: int, layout: str | None = None) -> Any:
+    def read_stream(
+        self, spark: SparkSession, parallelism: int, layout: str | None = None, split_column: bool = False
+    ) -> Any:
         """The log as a streaming DataFrame; with ``layout`` (see :func:`write_layout`) read
-        pre-keyed: each subtask reads the splits of its key groups, rows carry the key group."""
+        pre-keyed: each subtask reads the splits of its key groups, rows carry the key group;
+        with ``split_column`` rows carry their split (for per-split watermarks)."""
         register(spark)
         reader = spark.readStream.format("keyflow-log").option("path", self.path).option("partitions", parallelism)
         if layout is not None:
             reader = reader.option("layout", layout)
         if self.changelog_mode != "insert":
             reader = reader.option("offsets", "true")
+        if split_column:
+            reader = reader.option("split_column", "true")
         if self.rows_per_batch:
             reader = reader.option("rows_per_batch", self.rows_per_batch)
         return reader.load()

@@ -17,13 +17,36 @@ import pyarrow as pa
 
 from keyflow.changelog import DELETED, OP
 from keyflow.config import Config
-from keyflow.connectors.base import ChangelogSource, KnowsColumns, Sink, Source
+from keyflow.connectors.base import ChangelogSource, KnowsColumns, KnowsTypes, Sink, Source
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan, compile_plan
 from keyflow.plan.descriptors import StateDescriptor
+from keyflow.plan.event_time import WatermarkStrategy
 from keyflow.plan.graph import JobGraph
 from keyflow.plan.uids import check_uid
+
+
+def check_event_time(label: str, source: object, strategy: object) -> None:
+    """The watermark strategy's column exists and holds timestamps, where the source tells."""
+    if not isinstance(strategy, WatermarkStrategy):
+        raise PlanError(
+            f"source {label!r} watermark={strategy!r} is not a watermark strategy; pass e.g. "
+            "WatermarkStrategy.for_bounded_out_of_orderness('ts', '5 s')"
+        )
+    types = source.column_types() if isinstance(source, KnowsTypes) else None
+    columns = source.column_names() if isinstance(source, KnowsColumns) else None
+    if columns is not None and strategy.column not in columns:
+        raise PlanError(
+            f"source {label!r}: the watermark's event-time column {strategy.column!r} is not among its columns "
+            f"{list(columns)}; name a timestamp column of the source"
+        )
+    found = (types or {}).get(strategy.column)
+    if found is not None and not found.startswith("timestamp"):
+        raise PlanError(
+            f"source {label!r}: the watermark's event-time column {strategy.column!r} is {found}, not a timestamp; "
+            f"convert it before writing the source, or declare it as a timestamp column"
+        )
 
 
 def check_parallelism(value: int | None, what: str) -> int | None:
@@ -92,16 +115,25 @@ class PlanBuilder:
         self._replace(node_id, explicit_uid=check_uid(uid))
 
     def source(
-        self, source: object, parallelism: int | None = None, name: str | None = None, uid: str | None = None
+        self,
+        source: object,
+        parallelism: int | None = None,
+        name: str | None = None,
+        uid: str | None = None,
+        watermark: object = None,
     ) -> int:
-        """A source; a changelog with a primary key is normalized by it (Flink's ChangelogNormalize)."""
+        """A source; a changelog with a primary key is normalized by it (Flink's ChangelogNormalize);
+        ``watermark``: a :class:`~keyflow.plan.event_time.WatermarkStrategy` on one of its columns."""
         if not isinstance(source, Source):
             raise PlanError(f"{source!r} is not a source; use datagen(...), files(...) or log(...)")
         label = name or f"source: {source.describe().get('connector', 'source')}"
         checked = check_parallelism(parallelism, f"source {label!r}")
+        if watermark is not None:
+            check_event_time(label, source, watermark)
         node_id = self._add(
-            nodes.SourceNode, (), label, checked, explicit_uid=None if uid is None else check_uid(uid), source=source
-        )
+            nodes.SourceNode, (), label, checked, explicit_uid=None if uid is None else check_uid(uid), source=source,
+            watermark=watermark,
+        )  # fmt: skip
         if isinstance(source, ChangelogSource) and source.changelog_mode != "insert" and source.primary_key:
             node_id = self._normalized(node_id, source, label, checked)
         return node_id
@@ -220,12 +252,18 @@ class PlanBuilder:
         name: str | None,
         parallelism: int | None,
         side: int | None,
+        on_timer: Callable[..., Any] | None = None,
     ) -> int:
-        """A keyed process function; ``side`` is the id of a stream broadcast to it whole."""
+        """A keyed process function; ``side`` is the id of a stream broadcast to it whole;
+        ``on_timer`` receives the keys whose timers fire."""
         if side == input_id:
             raise PlanError("process side= is the keyed stream itself; broadcast another (small) stream")
         if not callable(function):
             raise PlanError(f"process needs a function, got {function!r}")
+        if on_timer is not None and not callable(on_timer):
+            raise PlanError(f"process on_timer={on_timer!r} is not a function; pass on_timer(timers, state) -> rows")
+        if on_timer is not None and side is not None:
+            raise PlanError("process with on_timer= takes no side= input (not supported yet); join the side first")
         if schema is None:
             raise PlanError("process needs the output schema: a pyarrow.Schema or a DDL string 'user string, n long'")
         for state_name, descriptor in (state or {}).items():
@@ -244,6 +282,7 @@ class PlanBuilder:
             label,
             parallelism,
             side_input=side is not None,
+            on_timer=on_timer,
             keys=keying.keys,
             on_null=keying.on_null,
             function=function,

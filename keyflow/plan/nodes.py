@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from keyflow.connectors.base import Sink, Source, changelog_mode, is_unbounded
 from keyflow.plan.descriptors import StateDescriptor
+from keyflow.plan.event_time import WatermarkStrategy
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,10 +47,14 @@ class Node:
 @dataclass(frozen=True, eq=False)
 class SourceNode(Node):
     source: Source = field(kw_only=True)
+    watermark: WatermarkStrategy | None = None  # where the source's event time is, and its watermark
     kind: ClassVar[str] = "source"
 
     def describe(self) -> dict[str, Any]:
-        return dict(self.source.describe())
+        described = dict(self.source.describe())
+        if self.watermark is not None:
+            described["watermark"] = self.watermark.describe()
+        return described
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,6 +147,7 @@ class ProcessNode(KeyedNode):
     state: Mapping[str, StateDescriptor] = field(default_factory=dict)
     order_by: tuple[str, ...] = ()
     side_input: bool = False  # inputs[1] is broadcast to every subtask, whole
+    on_timer: Callable[..., Any] | None = None  # called with the keys whose timers fire
     kind: ClassVar[str] = "process"
 
     def declared_state(self) -> tuple[tuple[str, str], ...]:
@@ -155,6 +161,8 @@ class ProcessNode(KeyedNode):
             "state": dict(self.declared_state()),
             "order_by": list(self.order_by),
         }
+        if self.on_timer is not None:
+            described["on_timer"] = function_name(self.on_timer)
         return {**described, "side_input": True} if self.side_input else described
 
 

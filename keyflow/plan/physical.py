@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from keyflow.plan.aggregates import AggregateCall, mergeable, parse_aggregations, retractable
+from keyflow.plan.event_time import timer_state
 from keyflow.plan.nodes import AggregateNode, KeyedNode, NormalizeNode, ProcessNode
 from keyflow.plan.state_schema import KeyGroupSource, StateLayout, StateSchema
 
@@ -47,6 +48,15 @@ class KeyedProcess(KeyedOperator):
 
     def contents(self) -> tuple[tuple[str, str], ...]:
         return self.node.declared_state()
+
+
+@dataclass(frozen=True, eq=False)
+class TimedProcess(KeyedProcess):
+    """A process function with timers: its declared state and each key's pending timers."""
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        timers = tuple((name, str(descriptor.arrow_type)) for name, descriptor in timer_state().items())
+        return (*self.node.declared_state(), *timers)
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,7 +110,7 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
     if isinstance(node, NormalizeNode):
         return ChangelogNormalize(node)
     if isinstance(node, ProcessNode):
-        return KeyedProcess(node)
+        return KeyedProcess(node) if node.on_timer is None else TimedProcess(node)
     if not isinstance(node, AggregateNode):
         raise AssertionError(f"no physical kind for {node.kind} {node.name!r}")
     calls = parse_aggregations(node.aggregations)

@@ -17,6 +17,8 @@ class StateLayout(StrEnum):
     PARTIALS = "partials"  # declared state (process, normalize) or merged per-batch partials
     RUNNING = "running"  # running partials merged in the worker (an aggregate after reinterpret)
     RETRACTING = "retracting"  # what retraction needs: value multisets for min, max, distinct
+    WINDOWS = "windows"  # one slot per key and window: its merged partials and when it fires
+    SESSIONS = "sessions"  # per key: its open sessions' bounds and partials, merged as rows bridge them
 
 
 class KeyGroupSource(StrEnum):

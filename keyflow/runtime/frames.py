@@ -32,8 +32,10 @@ from keyflow.runtime.operators import (
 )
 from keyflow.runtime.session import spark_session
 from keyflow.runtime.translators import KeyedContext, translate_keyed
+from keyflow.runtime.workers import BOUNDED
 from keyflow.scheduler.batch_parallelism import AutoParallelism
 from keyflow.state.durable import CheckpointedState
+from keyflow.state.timers import TaskTime
 
 T = TypeVar("T")
 MAX_SIDE_INPUT_BYTES = 1 << 30  # a broadcast side input is collected on the driver and sent to every task
@@ -50,13 +52,15 @@ class FrameBuilder:
         state: dict[str, CheckpointedState] | None = None,
         auto_parallelism: AutoParallelism | None = None,
         source_parallelism: int | None = None,
+        time: TaskTime = BOUNDED,
     ) -> None:
         """``sources`` replace reading a source (a streaming micro-batch), by node id; ``state``
         gives keyed operators durable state by uid (streaming); without it state lives for one run.
         ``auto_parallelism`` (batch): keyed operators without a parallelism of their own decide
         it from their input's bytes (``stages`` reports each decision); sources without one
-        read at ``source_parallelism``."""
-        self.spark, self.plan = spark, plan
+        read at ``source_parallelism``. ``time``: the watermarks and processing time keyed
+        operators run at (a batch run: its end fires every timer)."""
+        self.spark, self.plan, self.time = spark, plan, time
         self._sources, self._state, self._stateful = sources or {}, state or {}, state is not None
         self._auto, self._source_parallelism = auto_parallelism, source_parallelism
         self.stages: list[StageReport] = []
@@ -142,6 +146,7 @@ class FrameBuilder:
             verify=not node.reinterpreted or checks != "off",
             pre_keyed=pre_keyed,
             report_keys=pre_keyed and checks != "off" and state is not None,
+            time=self.time,
         )
         if node.reinterpreted:
             context.ranges = self._ranges.get(nodes.keyed_origin(self.plan.nodes, node.inputs[0]).id)

@@ -24,6 +24,7 @@ from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import physical
 from keyflow.plan.columns import missing_order_by_message
 from keyflow.plan.descriptors import StateDescriptor, ValueState
+from keyflow.plan.event_time import timer_state
 from keyflow.plan.graph import Operator
 from keyflow.plan.nodes import KeyedNode
 from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
@@ -39,8 +40,9 @@ from keyflow.runtime.operators import (
     map_in_arrow,
     session_timezone,
 )
-from keyflow.runtime.workers import KeyedRunner, KeyedTask, UserProcess
+from keyflow.runtime.workers import BOUNDED, KeyedRunner, KeyedTask, TimedUserProcess, UserProcess
 from keyflow.state.durable import CheckpointedState, MemoryState
+from keyflow.state.timers import TaskTime
 
 
 @dataclass
@@ -68,6 +70,7 @@ class KeyedContext:
     adaptive: AdaptiveExchange | None = None
     ranges: KeyGroupRanges | None = None
     side: Broadcast[pa.Table] | None = None
+    time: TaskTime = BOUNDED
 
     @property
     def label(self) -> str:
@@ -111,7 +114,7 @@ class KeyedContext:
         task = KeyedTask(
             self.label, schema, node.keys, dict(state), self.max_parallelism,
             self.operator.parallelism, self.keyed_state or MemoryState(), order_by, node.reinterpreted, self.verify,
-            self.report_keys, self.ranges, unique_keys,
+            self.report_keys, self.ranges, unique_keys, self.time,
         )  # fmt: skip
         return map_in_arrow(exchanged, KeyedRunner(function, task), schema, node)
 
@@ -136,6 +139,27 @@ def _normalize(operator: physical.ChangelogNormalize, frame: DataFrame, context:
 
 def _process(operator: physical.KeyedProcess, frame: DataFrame, context: KeyedContext) -> DataFrame:
     node = operator.node
+    assert node.function is not None  # the builder requires one
+    return _user_function(operator, frame, context, UserProcess(node.function, context.label, context.side), {})
+
+
+def _timed_process(operator: physical.TimedProcess, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    node = operator.node
+    assert node.function is not None  # the builder requires both
+    assert node.on_timer is not None
+    function = TimedUserProcess(node.function, node.on_timer, context.label)
+    return _user_function(operator, frame, context, function, timer_state())
+
+
+def _user_function(
+    operator: physical.KeyedProcess,
+    frame: DataFrame,
+    context: KeyedContext,
+    function: KeyedFunction,
+    hidden: Mapping[str, StateDescriptor],
+) -> DataFrame:
+    """A user's process function with its declared state (and keyflow's ``hidden`` state)."""
+    node = operator.node
     schema = arrow_schema(node.schema, node, session_timezone(frame))
     for column in node.order_by:
         if column not in frame.columns:
@@ -143,9 +167,7 @@ def _process(operator: physical.KeyedProcess, frame: DataFrame, context: KeyedCo
     exchanged = context.exchange(frame, keep_key_group=True)
     if node.order_by:  # whole keys per call; without order_by the worker groups each batch by hashing
         exchanged = exchanged.sortWithinPartitions(*node.keys)
-    assert node.function is not None  # the builder requires one
-    function = UserProcess(node.function, context.label, context.side)
-    return context.run(exchanged, function, schema, node.state, node.order_by)
+    return context.run(exchanged, function, schema, {**node.state, **hidden}, node.order_by)
 
 
 def _group_by(operator: physical.GroupByAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
@@ -247,6 +269,7 @@ def _arguments(
 TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedContext], DataFrame]] = {
     physical.ChangelogNormalize: _normalize,
     physical.KeyedProcess: _process,
+    physical.TimedProcess: _timed_process,
     physical.GroupByAggregate: _group_by,
     physical.MergedPartialsAggregate: _merged_partials,
     physical.InWorkerAggregate: _in_worker,

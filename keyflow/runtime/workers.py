@@ -7,6 +7,7 @@ operator, encoded) so the driver rebuilds it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,11 +21,14 @@ from pyspark import Broadcast, TaskContext
 from keyflow.errors import DataError, PipelineError, WorkerError
 from keyflow.keygroups import KEY_GROUP_COLUMN, key_group_range
 from keyflow.plan.descriptors import ListState, MapState, StateDescriptor
+from keyflow.plan.event_time import DOMAINS
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.schemas import ColumnsDifferError, TypesDifferError, conform_to
 from keyflow.state.durable import CheckpointedState, MemoryState
 from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView, key_boundaries
+from keyflow.state.memory import KeyedStateStore
 from keyflow.state.splits import PREVIOUS_KEY_GROUP
+from keyflow.state.timers import TIMESTAMP, FiredTimers, TaskTime, TimerService, pop_due
 
 
 def conform(result: Any, schema: pa.Schema, operator: str) -> pa.Table:
@@ -100,6 +104,44 @@ class UserProcess(KeyedFunction):
         return result
 
 
+class TimedUserProcess(UserProcess):
+    """A ``process(fn, on_timer=...)`` function: rows as :class:`UserProcess`, then, as time
+    advances, ``on_timer(timers, state)`` for the keys whose timers are due, in rounds of one
+    timer per key in timestamp order (a timer registered at or before the time fires in a
+    later round, as in Flink); event time first, then processing time."""
+
+    timed = True
+    MAX_ROUNDS = 100_000
+
+    def __init__(self, function: Callable[..., Any], on_timer: Callable[..., Any], operator: str) -> None:
+        super().__init__(function, operator)
+        self.on_timer = on_timer
+
+    def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
+        kinds = {name: view_kind(descriptor) for name, descriptor in store.descriptors.items()}
+        firing = dataclasses.replace(time, watermark_before=time.watermark)
+        for domain in DOMAINS:
+            for _ in range(self.MAX_ROUNDS):
+                slots, stamps = pop_due(store, domain, time.until(domain))
+                if not len(slots):
+                    break
+                fired = FiredTimers(store.keys(slots), pa.array(stamps, TIMESTAMP), domain)
+                result = self.on_timer(fired, KeyedState(store, slots, kinds, TimerService(store, slots, firing)))
+                if result is None:
+                    raise _not_a_table(f"{self.operator}'s on_timer", result)
+                yield result
+            else:
+                raise WorkerError(
+                    DataError(
+                        f"{self.operator}'s on_timer kept registering {domain} timers at or before the time they "
+                        f"fire at, for {self.MAX_ROUNDS:,} rounds; register later timers (e.g. timestamp + interval)"
+                    )
+                )
+
+
+BOUNDED = TaskTime.bounded()
+
+
 @dataclass(frozen=True)
 class KeyedTask:
     """What a keyed subtask runs besides its function: the operator's name and output schema,
@@ -129,6 +171,7 @@ class KeyedTask:
     report_keys: bool = False
     ranges: tuple[tuple[int, int], ...] | None = None
     unique_keys: bool = False
+    time: TaskTime = BOUNDED
 
 
 class KeyedRunner:
@@ -150,7 +193,7 @@ class KeyedRunner:
         )
         tables = _whole_keys(batches, task.keys) if task.order_by else _tables(batches)
         first = next(tables, None)
-        if first is None and not task.keyed_state.must_write(self._subtask):
+        if first is None and not task.keyed_state.must_write(self._subtask) and not self.function.timed:
             return  # no rows: nothing to restore, nothing to write (a micro-batch a filter emptied)
         self._store = task.keyed_state.open(task.state, self._subtask, *self._range)
         self._kinds = {name: view_kind(descriptor) for name, descriptor in task.state.items()}
@@ -162,6 +205,10 @@ class KeyedRunner:
             if self.function.finishes and len(touched := self._store.touched()):
                 state = KeyedState(self._store, touched, self._kinds)
                 yield from self._emit(_call(self.function.finish, task.operator, self._store.keys(touched), state))
+            if self.function.timed:
+                fired = _call(lambda: list(self.function.advance(task.time, self._store)), task.operator)
+                for result in fired:
+                    yield from self._emit(result)
             task.keyed_state.close(self._store, self._subtask, *self._range)
             if self._reports:
                 task.keyed_state.report_keys(pa.concat_tables(self._reports), *self._range)
@@ -202,7 +249,8 @@ class KeyedRunner:
             mixed = keyed.row_key_groups != first_of_key  # rows of one key from two splits, in this call
             if mixed.any():
                 self._report(keyed.keys.take(keyed.key_index[mixed]), keyed.row_key_groups[mixed], first_of_key[mixed])
-        state = KeyedState(self._store, slots, self._kinds)
+        timers = TimerService(self._store, slots, task.time) if self.function.timed else None
+        state = KeyedState(self._store, slots, self._kinds, timers)
         yield from self._emit(_call(self.function.process, self.task.operator, keyed, state))
 
     def _outside_range(self, table: pa.Table, key_groups: npt.NDArray[np.int32], first: int, last: int) -> str:

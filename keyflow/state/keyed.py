@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from keyflow.state.grouping import grouping_order, key_codes
 from keyflow.state.memory import KeyedStateStore, Slots
+from keyflow.state.timers import TimerService
 
 
 @dataclass(frozen=True)
@@ -184,10 +185,25 @@ class MapStateView(ValueStateView):
 
 
 class KeyedState:
-    """The declared states of a ``process`` operator, aligned with the batch's keys."""
+    """The declared states of a ``process`` operator, aligned with the batch's keys; with
+    ``on_timer``, ``timers`` registers and deletes the keys' timers."""
 
-    def __init__(self, store: KeyedStateStore, slots: Slots, kinds: dict[str, type[ValueStateView]]) -> None:
+    def __init__(
+        self,
+        store: KeyedStateStore,
+        slots: Slots,
+        kinds: dict[str, type[ValueStateView]],
+        timers: TimerService | None = None,
+    ) -> None:
         self._views = {name: kind(store, name, slots) for name, kind in kinds.items()}
+        self._timers = timers
+
+    @property
+    def timers(self) -> TimerService:
+        """The keys' timers (see :class:`keyflow.state.timers.TimerService`)."""
+        if self._timers is None:
+            raise AttributeError("this operator has no timers; pass on_timer= to process(...) to use state.timers")
+        return self._timers
 
     def __getitem__(self, name: str) -> Any:
         try:

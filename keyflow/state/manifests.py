@@ -35,6 +35,8 @@ class Manifest:
     pre_keyed: dict[str, Any] = field(default_factory=dict)
     checkpoint_id: str = ""  # plan.json's: a manifest copied from another checkpoint is told apart
     plan: dict[str, Any] = field(default_factory=dict)  # plan.json's content at commit, to restore a lost one
+    # By source uid: the watermark after this version and each split's progress (SourceWatermark)
+    watermarks: dict[str, Any] = field(default_factory=dict)
 
     def files(self) -> list[str]:
         """Every file of the checkpoint this version needs: state files and split indexes."""

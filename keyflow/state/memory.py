@@ -49,6 +49,11 @@ class StateColumn:
     def valid(self, size: int) -> npt.NDArray[np.bool_]:
         return self._valid[:size]
 
+    def at_most(self, bound: int, size: int) -> Slots:
+        """Slots below ``size`` holding a value ``<= bound`` (a fixed-width column: one NumPy pass)."""
+        values = self._values[:size]
+        return np.flatnonzero(self._valid[:size] & (values <= bound)).astype(np.int64)
+
     def set(self, slots: Slots, values: pa.Array) -> None:
         if len(values) != len(slots):
             raise ValueError(f"state update has {len(values)} values for {len(slots)} keys; give one per key")

@@ -31,6 +31,7 @@ from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.streaming.faults import fault
 from keyflow.runtime.streaming.prekeyed import PreKeyedSource
 from keyflow.runtime.streaming.results import BatchMetrics
+from keyflow.runtime.streaming.watermarks import batch_time
 from keyflow.state.assignment import StateFile, compacting_subtasks, needed_files
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.durable import CheckpointedState
@@ -75,9 +76,10 @@ def commit_micro_batch(
     # its own (~0.1 s apart) and coalesce the aggregation's partitions keyflow sized already.
     frame.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")
     state = keyed_state(stream, batch)
+    time_now, watermarks, frame = batch_time(plan, plan.nodes[stream.source_id], frame, stream.manifest)
     observation = Observation()
     source = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
-    builder = FrameBuilder(frame.sparkSession, plan, {stream.source_id: source}, state)
+    builder = FrameBuilder(frame.sparkSession, plan, {stream.source_id: source}, state, time=time_now)
     try:
         # Every sink consumes its input in full, so each keyed subtask runs to its end and
         # writes its state file once (operators read by several sinks are persisted).
@@ -97,7 +99,7 @@ def commit_micro_batch(
             pre_keyed, conflicts = stream.pre_keyed.verify(batch, plan.config.get(PRE_KEYED_VERIFY))
         manifest = Manifest(
             batch, plan.parallelism, plan.max_parallelism, operators, staged, pre_keyed=pre_keyed,
-            checkpoint_id=stream.checkpoint_id, plan=stream.plan_file.to_dict(),
+            checkpoint_id=stream.checkpoint_id, plan=stream.plan_file.to_dict(), watermarks=watermarks,
         )  # fmt: skip
         checkpoint.manifests.commit(manifest)
         if event is not None:
@@ -111,6 +113,7 @@ def commit_micro_batch(
     metrics = BatchMetrics(
         batch, plan.parallelism, _observed_rows(observation), outputs, len(written),
         sum(f.bytes for f in written), time.perf_counter() - started, conflicts,
+        None if not watermarks else time_now.watermark,
     )  # fmt: skip
     return manifest, metrics
 

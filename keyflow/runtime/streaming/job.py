@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
 from keyflow.config import CHECKPOINTING_INTERVAL
+from keyflow.connectors.base import SPLIT_COLUMN, SplitSource
 from keyflow.errors import (
     DamagedFileError,
     KeyflowError,
@@ -173,15 +174,21 @@ class StreamingJob:
         if self._autoscaler is not None:  # like Flink: wait for resources, then run at what is there
             self._replan(*self._autoscaler.wait_until_executing())
         parallelism = self.plan.operator(self._source.id).parallelism
-        read = self._source.source.read_stream
+        source = self._source.source
+        extra: dict[str, Any] = {}
         if self._pre_keyed is not None:
             self._pre_keyed.prepare(self.plan)
-            layout = self._pre_keyed.layout
-            stream = guarded(lambda: read(spark, parallelism, layout), f"while starting {self._source.name!r}")
-        else:
-            stream = guarded(lambda: read(spark, parallelism), f"while starting {self._source.name!r}")
+            extra["layout"] = self._pre_keyed.layout
+        if self._source.watermark is not None and isinstance(source, SplitSource):
+            extra["split_column"] = True  # watermarks per split
+        stream = guarded(
+            lambda: source.read_stream(spark, parallelism, **extra), f"while starting {self._source.name!r}"
+        )
         plan_file = restore.check_source_schema(
-            self.checkpoint, self._stream.plan_file, self._source, stream.drop(KEY_GROUP_COLUMN).schema.simpleString()
+            self.checkpoint,
+            self._stream.plan_file,
+            self._source,
+            stream.drop(KEY_GROUP_COLUMN, SPLIT_COLUMN).schema.simpleString(),
         )
         self._stream = dataclasses.replace(
             self._stream, plan_file=prepare(self._stream, plan_file, spark, stream.schema)

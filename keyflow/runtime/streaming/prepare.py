@@ -12,6 +12,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
+from keyflow.connectors.base import SPLIT_COLUMN
 from keyflow.runtime.errors import guarded
 from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.streaming import restore
@@ -23,7 +24,7 @@ def prepare(stream: StreamState, plan_file: PlanFile, spark: SparkSession, schem
     """Build and analyse the plan over no rows; ``plan_file`` with the key types recorded
     (a first run) or checked against the checkpoint's (a restore)."""
     plan = stream.plan
-    empty = spark.createDataFrame([], schema)
+    empty = spark.createDataFrame([], schema).drop(SPLIT_COLUMN)
     builder = FrameBuilder(spark, plan, {stream.source_id: empty}, keyed_state(stream, stream.committed + 1))
     try:
         for sink in plan.sinks:

@@ -19,6 +19,7 @@ class BatchMetrics:
     state_bytes_written: int
     seconds: float
     pre_keyed_conflicts: int = 0  # keys of a pre-keyed source seen in two splits (pipeline.pre-keyed.verify=warn)
+    watermark: int | None = None  # the source's watermark after the batch, microseconds (None: no strategy)
 
 
 @dataclass
