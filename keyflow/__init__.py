@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Pipeline": "keyflow.api.pipeline",
     "Stream": "keyflow.api.stream",
+    "WindowedStream": "keyflow.api.stream",
     "KeyedStream": "keyflow.api.stream",
     "KeyedBatch": "keyflow.state.keyed",
     "KeyedState": "keyflow.state.keyed",

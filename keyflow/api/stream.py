@@ -13,6 +13,7 @@ from keyflow.errors import PlanError
 from keyflow.plan import nodes
 from keyflow.plan.builder import Keying, PlanBuilder, aggregations_needed
 from keyflow.plan.descriptors import StateDescriptor
+from keyflow.plan.event_time import WindowAssigner, duration
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -170,6 +171,15 @@ class KeyedStream:
         stream = self._stream
         return stream._then(stream._builder.aggregate(stream.node_id, self._keying, aggregations))
 
+    def window(self, assigner: WindowAssigner, allowed_lateness: Any = 0, late_rows: Any = None) -> WindowedStream:
+        """Event-time windows per key (Flink's ``window``): ``tumbling('1 min')``,
+        ``sliding('10 min', '1 min')`` or ``session('30 min')``, over the source's watermark
+        column. A window's row is emitted once, when the watermark passes its end; rows
+        arriving within ``allowed_lateness`` after that update it (emitted again with
+        ``is_update`` true); later rows go to the ``late_rows`` sink with the reason, or are
+        dropped and counted in the run's metrics."""
+        return WindowedStream(self, assigner, duration(allowed_lateness, "allowed_lateness"), late_rows)
+
     def process(
         self,
         function: Callable[..., Any],
@@ -213,5 +223,23 @@ class KeyedStream:
             parallelism,
             None if side is None else side.stream.node_id,
             on_timer,
+        )
+        return stream._then(node_id)
+
+
+class WindowedStream:
+    """A keyed stream cut into event-time windows (see :meth:`KeyedStream.window`)."""
+
+    def __init__(self, keyed: KeyedStream, assigner: WindowAssigner, allowed_lateness: int, late_rows: Any) -> None:
+        self._keyed, self._assigner = keyed, assigner
+        self._allowed_lateness, self._late_rows = allowed_lateness, late_rows
+
+    def aggregate(self, **aggregations: str) -> Stream:
+        """Aggregates per key and window, merged incrementally (count, sum, min, max, avg): no
+        rows are kept. Output: the keys, ``window_start``, ``window_end``, the aggregates (and
+        ``is_update`` with an allowed lateness)."""
+        stream = self._keyed._stream
+        node_id = stream._builder.window_aggregate(
+            stream.node_id, self._keyed._keying, self._assigner, aggregations, self._allowed_lateness, self._late_rows
         )
         return stream._then(node_id)

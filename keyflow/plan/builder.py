@@ -22,7 +22,7 @@ from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
 from keyflow.plan.compile import CompiledPlan, compile_plan
 from keyflow.plan.descriptors import StateDescriptor
-from keyflow.plan.event_time import WatermarkStrategy
+from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner
 from keyflow.plan.graph import JobGraph
 from keyflow.plan.uids import check_uid
 
@@ -240,6 +240,47 @@ class PlanBuilder:
             changelog_input=changelog_input,
             reinterpreted=keying.reinterpreted,
         )
+
+    def window_aggregate(
+        self,
+        input_id: int,
+        keying: Keying,
+        assigner: object,
+        aggregations: Mapping[str, str],
+        allowed_lateness: int,
+        late_rows: object,
+    ) -> int:
+        """Per-key aggregates per event-time window; the event time is the source's watermark column."""
+        if not isinstance(assigner, WindowAssigner):
+            raise PlanError(
+                f"window({assigner!r}) is not a window; use tumbling('1 min'), sliding(...) or session(...)"
+            )
+        if not aggregations or not all(isinstance(e, str) and e.strip() for e in aggregations.values()):
+            raise aggregations_needed(aggregations)
+        if late_rows is not None and not isinstance(late_rows, Sink):
+            raise PlanError(f"window late_rows={late_rows!r} is not a sink; pass e.g. parquet('out/late')")
+        reserved = set(aggregations) & {*keying.keys, nodes.WINDOW_START, nodes.WINDOW_END, nodes.IS_UPDATE}
+        if reserved:
+            raise PlanError(
+                f"window aggregate output {sorted(reserved)} has the name of a key or of window_start, window_end, "
+                "is_update; rename the aggregate"
+            )
+        if keying.reinterpreted:
+            raise PlanError("window(...) after reinterpret_as_keyed is not supported yet; use key_by(...)")
+        if self.is_changelog(input_id):
+            raise PlanError("window(...) over a changelog (rows with updates and deletes) is not supported yet")
+        column = nodes.event_time_column(self._nodes, input_id)
+        if column is None:
+            raise PlanError(
+                "window(...) needs event time: declare the source's with "
+                "pipeline.source(src, watermark=WatermarkStrategy.for_bounded_out_of_orderness('ts', '5 s'))"
+            )
+        name = f"{assigner.kind} window"
+        return self._add(
+            nodes.WindowAggregateNode, (input_id,), name, None, keys=keying.keys, on_null=keying.on_null,
+            aggregations=dict(aggregations), assigner=assigner, time_column=column,
+            allowed_lateness=allowed_lateness, late_rows=late_rows,
+        )  # fmt: skip
 
     def process(
         self,

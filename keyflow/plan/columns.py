@@ -30,6 +30,7 @@ from keyflow.plan.nodes import (
     SelectNode,
     SinkNode,
     SourceNode,
+    WindowAggregateNode,
     WithColumnsNode,
 )
 from keyflow.schemas import Type, schema_columns
@@ -63,6 +64,8 @@ def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) ->
         return {**upstream, **dict.fromkeys(node.columns)}  # a replaced column keeps its place
     if isinstance(node, SelectNode):
         return _selected(node.expressions, upstream)
+    if isinstance(node, WindowAggregateNode):
+        return {**{key: upstream.get(key) for key in node.keys}, **dict.fromkeys(node.output_names()[len(node.keys) :])}
     if isinstance(node, AggregateNode):
         keys = {key: upstream.get(key) for key in node.keys}
         return {**keys, **dict.fromkeys(node.aggregations), **({OP: "string"} if node.changelog else {})}

@@ -35,6 +35,7 @@ from keyflow.plan.nodes import (
     ProcessNode,
     SinkNode,
     SourceNode,
+    WindowAggregateNode,
     WithColumnsNode,
     keyed_origin,
     reads_unbounded,
@@ -121,6 +122,8 @@ class CompiledPlan:
         for uid, node in self.keyed_nodes().items():
             if node.on_null is not None:
                 found[f"{uid}/dead-letters"] = (f"dead letters of {node.name!r}", node.on_null)
+            if isinstance(node, WindowAggregateNode) and node.late_rows is not None:
+                found[f"{uid}/late-rows"] = (f"late rows of {node.name!r}", node.late_rows)
         return found
 
     def with_config(self, values: Mapping[str, Any]) -> CompiledPlan:

@@ -28,6 +28,8 @@ def duration(value: Any, what: str, zero: bool = True) -> int:
     """Microseconds from a ``timedelta``, or a string such as ``'5 s'``, ``'1 minute'``, ``'250 ms'``."""
     if isinstance(value, timedelta):
         micros = int(value / timedelta(microseconds=1))
+    elif value == 0 and not isinstance(value, bool):
+        micros = 0
     else:
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*", str(value).lower())
         if isinstance(value, bool) or not match or match.group(2) not in MICROS:

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from keyflow.connectors.base import Sink, Source, changelog_mode, is_unbounded
 from keyflow.plan.descriptors import StateDescriptor
-from keyflow.plan.event_time import WatermarkStrategy
+from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,6 +126,32 @@ class AggregateNode(KeyedNode):
         return described
 
 
+WINDOW_START, WINDOW_END, IS_UPDATE = "window_start", "window_end", "is_update"
+
+
+@dataclass(frozen=True, eq=False)
+class WindowAggregateNode(AggregateNode):
+    """Per-key aggregates per event-time window (``assigner``), emitted once the watermark
+    passes the window's end; rows for a window within ``allowed_lateness`` after that update it
+    (the row says ``is_update``), later ones go to ``late_rows`` (or are dropped, counted)."""
+
+    assigner: WindowAssigner = field(kw_only=True)
+    time_column: str = field(kw_only=True)
+    allowed_lateness: int = 0
+    late_rows: Sink | None = None
+    kind: ClassVar[str] = "window_aggregate"
+
+    def output_names(self) -> tuple[str, ...]:
+        updates = (IS_UPDATE,) if self.allowed_lateness else ()
+        return (*self.keys, WINDOW_START, WINDOW_END, *self.aggregations, *updates)
+
+    def describe(self) -> dict[str, Any]:
+        described = {**super().describe(), "window": self.assigner.describe(), "event_time": self.time_column}
+        if self.allowed_lateness:
+            described["allowed_lateness_us"] = self.allowed_lateness
+        return described
+
+
 @dataclass(frozen=True, eq=False)
 class NormalizeNode(KeyedNode):
     """Flink's ChangelogNormalize: a changelog source keyed by its primary key (``keys``)
@@ -219,6 +245,14 @@ def emits_changelog(nodes: Mapping[int, Node], node_id: int) -> bool:
 def reads_unbounded(needed: Iterable[Node]) -> bool:
     """Whether any of ``needed`` reads an unbounded source (the plan then runs as a stream)."""
     return any(is_unbounded(node.source) for node in needed if isinstance(node, SourceNode))
+
+
+def event_time_column(nodes: Mapping[int, Node], node_id: int) -> str | None:
+    """The event-time column of the source ``node_id`` reads from (its watermark strategy's)."""
+    found = nodes[node_id]
+    while not isinstance(found, SourceNode) and found.inputs:
+        found = nodes[found.inputs[0]]
+    return found.watermark.column if isinstance(found, SourceNode) and found.watermark is not None else None
 
 
 def keyed_origin(nodes: Mapping[int, Node], node_id: int) -> Node:

@@ -9,12 +9,13 @@ so a new way of running (event-time windows, joins) is a new kind, not a new fla
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import ClassVar
 
 from keyflow.plan.aggregates import AggregateCall, mergeable, parse_aggregations, retractable
 from keyflow.plan.event_time import timer_state
-from keyflow.plan.nodes import AggregateNode, KeyedNode, NormalizeNode, ProcessNode
+from keyflow.plan.nodes import AggregateNode, KeyedNode, NormalizeNode, ProcessNode, WindowAggregateNode
 from keyflow.plan.state_schema import KeyGroupSource, StateLayout, StateSchema
 
 
@@ -101,6 +102,26 @@ class InWorkerDistinctAggregate(Aggregate):
     layout: ClassVar[StateLayout] = StateLayout.RETRACTING
 
 
+@dataclass(frozen=True, eq=False)
+class WindowAggregate(Aggregate):
+    """Tumbling or sliding windows: Spark aggregates each micro-batch per key and window, state
+    merges the partials per (key, window) and the window fires when the watermark passes its end."""
+
+    node: WindowAggregateNode
+    layout: ClassVar[StateLayout] = StateLayout.WINDOWS
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        return (*super().contents(), ("window", json.dumps(self.node.assigner.describe(), sort_keys=True)))
+
+
+@dataclass(frozen=True, eq=False)
+class SessionWindowAggregate(WindowAggregate):
+    """Session windows: each key's open sessions (bounds and partials) in state; a micro-batch's
+    sessions (Spark's ``session_window``) merge with them where rows bridge the gap."""
+
+    layout: ClassVar[StateLayout] = StateLayout.SESSIONS
+
+
 IN_WORKER = "after reinterpret_as_keyed (it runs in the worker; use key_by for others)"
 
 
@@ -114,6 +135,9 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
     if not isinstance(node, AggregateNode):
         raise AssertionError(f"no physical kind for {node.kind} {node.name!r}")
     calls = parse_aggregations(node.aggregations)
+    if isinstance(node, WindowAggregateNode):
+        kind = SessionWindowAggregate if node.assigner.merging else WindowAggregate
+        return kind(node, mergeable(node.name, calls))
     if node.changelog:
         return RetractingAggregate(node, retractable(node.name, calls, "over a changelog"))
     if node.reinterpreted and any(call.distinct for call in calls):

@@ -35,20 +35,33 @@ class PartialMerge(KeyedFunction):
         self.aggregates, self.key_names = aggregates, key_names
 
     def process(self, batch: KeyedBatch, state: KeyedState) -> pa.Table:
+        merged = merge_partials(self.aggregates, batch, state)
         columns = {name: batch.keys.column(name) for name in self.key_names}
-        for aggregate in self.aggregates:
-            merged = {}
-            for column, (rule, _) in partials(aggregate).items():
-                current, new = state[column].get(), batch.data.column(column).combine_chunks()
-                merged[column] = _merge(rule, current, new)
-                state[column].update(merged[column])
-            if aggregate.function in ("avg", "mean"):
-                total, count = merged[f"__{aggregate.name}_sum"], merged[f"__{aggregate.name}_count"]
-                average = pc.divide(total, pc.cast(count, pa.float64()))
-                columns[aggregate.name] = pc.if_else(pc.equal(count, 0), pa.scalar(None, pa.float64()), average)
-            else:
-                columns[aggregate.name] = merged[f"__{aggregate.name}"]
-        return pa.table(columns)
+        return pa.table({**columns, **final_values(self.aggregates, merged)})
+
+
+def merge_partials(aggregates: tuple[AggregateCall, ...], batch: KeyedBatch, state: KeyedState) -> dict[str, pa.Array]:
+    """Each partial column of the batch (one row per key) merged into the keys' state."""
+    merged = {}
+    for aggregate in aggregates:
+        for column, (rule, _) in partials(aggregate).items():
+            current, new = state[column].get(), batch.data.column(column).combine_chunks()
+            merged[column] = _merge(rule, current, new)
+            state[column].update(merged[column])
+    return merged
+
+
+def final_values(aggregates: tuple[AggregateCall, ...], merged: dict[str, pa.Array]) -> dict[str, pa.Array]:
+    """Each aggregate's value from its partial columns (an avg of no values is null)."""
+    columns = {}
+    for aggregate in aggregates:
+        if aggregate.function in ("avg", "mean"):
+            total, count = merged[f"__{aggregate.name}_sum"], merged[f"__{aggregate.name}_count"]
+            average = pc.divide(total, pc.cast(count, pa.float64()))
+            columns[aggregate.name] = pc.if_else(pc.equal(count, 0), pa.scalar(None, pa.float64()), average)
+        else:
+            columns[aggregate.name] = merged[f"__{aggregate.name}"]
+    return columns
 
 
 class RunningAggregate(KeyedFunction):

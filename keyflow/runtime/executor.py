@@ -131,12 +131,12 @@ def collect(plan: CompiledPlan) -> pa.Table:
 
 
 def _write_dead_letters(builder: FrameBuilder, show: bool) -> list[SinkResult]:
-    """Write rows with null keys to the dead-letter sinks of the operators built so far."""
+    """Write rows with null keys and late rows to their sinks, for the operators built so far."""
     results = []
-    for node, frame in builder.take_dead_letters():
-        label = f"dead letters of {node.name!r}"
+    for letters in builder.take_dead_letters():
+        label = f"{letters.kind.replace('-', ' ')} of {letters.node.name!r}"
         with spark_progress(builder.spark, label, show):
             clock = time.perf_counter()
-            rows = builder.guarded(lambda frame=frame, node=node: node.on_null.write(frame), node)
-        results.append(SinkResult(label, sink_target(node.on_null), rows, time.perf_counter() - clock))
+            rows = builder.guarded(lambda letters=letters: letters.sink.write(letters.rows), letters.node)
+        results.append(SinkResult(label, sink_target(letters.sink), rows, time.perf_counter() - clock))
     return results

@@ -8,11 +8,12 @@ operator) or chained; the nodes give the functions, sources and sinks.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark import Broadcast
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 
 from keyflow.config import NULL_KEYS, PIPELINE_NAME, PRE_KEYED_VERIFY
 from keyflow.errors import DataError, NullKeysError, PlanError
@@ -39,6 +40,17 @@ from keyflow.state.timers import TaskTime
 
 T = TypeVar("T")
 MAX_SIDE_INPUT_BYTES = 1 << 30  # a broadcast side input is collected on the driver and sent to every task
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """Rows an operator could not place (null keys, late rows) for the sink of ``kind``
+    (its uid is the operator's ``<uid>/<kind>``)."""
+
+    node: nodes.KeyedNode
+    kind: str
+    sink: Any
+    rows: DataFrame
 
 
 class FrameBuilder:
@@ -73,7 +85,8 @@ class FrameBuilder:
                 self._consumers[input_id] = self._consumers.get(input_id, 0) + 1
         self._frames: dict[int, DataFrame] = {}
         self._keyed_inputs: dict[int, DataFrame] = {}  # for null-key counts and key types
-        self._dead_letters: list[tuple[nodes.KeyedNode, DataFrame]] = []
+        self._dead_letters: list[DeadLetters] = []
+        self.late_counts: list[tuple[str, Observation]] = []  # late rows dropped (no sink), per operator
         self._persisted: list[DataFrame] = []
         self._broadcasts: list[Broadcast[pa.Table]] = []
 
@@ -130,7 +143,8 @@ class FrameBuilder:
         require_key_columns(node, upstream)
         self._keyed_inputs[node.id] = upstream
         if node.on_null is not None:
-            self._dead_letters.append((node, upstream.filter(null_key_condition(node.keys)).drop(KEY_GROUP_COLUMN)))
+            rows = upstream.filter(null_key_condition(node.keys)).drop(KEY_GROUP_COLUMN)
+            self._dead_letters.append(DeadLetters(node, "dead-letters", node.on_null, rows))
             upstream = upstream.filter(~null_key_condition(node.keys))
         policy = "keep" if node.on_null is not None else self.plan.config.get(NULL_KEYS)
         operator = self.plan.operator(node.id)
@@ -147,6 +161,7 @@ class FrameBuilder:
             pre_keyed=pre_keyed,
             report_keys=pre_keyed and checks != "off" and state is not None,
             time=self.time,
+            rejected=self._rejected,
         )
         if node.reinterpreted:
             context.ranges = self._ranges.get(nodes.keyed_origin(self.plan.nodes, node.inputs[0]).id)
@@ -200,8 +215,19 @@ class FrameBuilder:
         assert isinstance(node, nodes.KeyedNode)
         return {key: upstream.schema[key].dataType.simpleString() for key in node.keys}
 
-    def take_dead_letters(self) -> list[tuple[nodes.KeyedNode, DataFrame]]:
-        """Rows with null keys, per operator with a dead-letter sink, not yet written."""
+    def _rejected(self, node: nodes.KeyedNode, rows: DataFrame | None) -> Observation | None:
+        """Late rows of a window: to its ``late_rows`` sink, or (None given) counted."""
+        if rows is not None:
+            assert isinstance(node, nodes.WindowAggregateNode)
+            assert node.late_rows is not None
+            self._dead_letters.append(DeadLetters(node, "late-rows", node.late_rows, rows))
+            return None
+        observation = Observation()
+        self.late_counts.append((node.name, observation))
+        return observation
+
+    def take_dead_letters(self) -> list[DeadLetters]:
+        """Rows with null keys or late, per operator with a sink for them, not yet written."""
         taken, self._dead_letters = self._dead_letters, []
         return taken
 

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark import Broadcast
 from pyspark.errors import AnalysisException, ParseException
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, GroupedData, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -22,11 +22,12 @@ from keyflow.changelog import DELETED, OFFSET, OP, RETRACTIONS, UPDATE_BEFORE
 from keyflow.errors import NullKeysError, PlanError, encode
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import physical
+from keyflow.plan.aggregates import AggregateCall
 from keyflow.plan.columns import missing_order_by_message
 from keyflow.plan.descriptors import StateDescriptor, ValueState
 from keyflow.plan.event_time import timer_state
 from keyflow.plan.graph import Operator
-from keyflow.plan.nodes import KeyedNode
+from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START, KeyedNode, WindowAggregateNode
 from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
 from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
@@ -40,9 +41,11 @@ from keyflow.runtime.operators import (
     map_in_arrow,
     session_timezone,
 )
+from keyflow.runtime.window_assign import EVENT_MICROS, split_late, with_windows
+from keyflow.runtime.windows import END_MICROS, START_MICROS, SessionMerge, WindowMerge
 from keyflow.runtime.workers import BOUNDED, KeyedRunner, KeyedTask, TimedUserProcess, UserProcess
 from keyflow.state.durable import CheckpointedState, MemoryState
-from keyflow.state.timers import TaskTime
+from keyflow.state.timers import TIMESTAMP, TaskTime
 
 
 @dataclass
@@ -71,6 +74,13 @@ class KeyedContext:
     ranges: KeyGroupRanges | None = None
     side: Broadcast[pa.Table] | None = None
     time: TaskTime = BOUNDED
+    rejected: Callable[[KeyedNode, DataFrame | None], Observation | None] | None = None
+
+    def reject(self, rows: DataFrame | None) -> Observation | None:
+        """Hand rows without a place (late ones) to the dead letters; None: they are dropped,
+        counted by the returned observation."""
+        assert self.rejected is not None  # the frame builder gives one
+        return self.rejected(self.node, rows)
 
     @property
     def label(self) -> str:
@@ -108,11 +118,13 @@ class KeyedContext:
         state: Mapping[str, StateDescriptor],
         order_by: tuple[str, ...],
         unique_keys: bool = False,
+        keys: tuple[str, ...] | None = None,
     ) -> DataFrame:
-        """The keyed function over each subtask's rows, in the workers."""
+        """The keyed function over each subtask's rows, in the workers; ``keys``: what state is
+        kept by, when more than the routing keys (a key and its window)."""
         node = self.node
         task = KeyedTask(
-            self.label, schema, node.keys, dict(state), self.max_parallelism,
+            self.label, schema, keys or node.keys, dict(state), self.max_parallelism,
             self.operator.parallelism, self.keyed_state or MemoryState(), order_by, node.reinterpreted, self.verify,
             self.report_keys, self.ranges, unique_keys, self.time,
         )  # fmt: skip
@@ -179,19 +191,91 @@ def _group_by(operator: physical.GroupByAggregate, frame: DataFrame, context: Ke
 
 def _merged_partials(operator: physical.MergedPartialsAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
     node = operator.node
-    wanted = {column: expression for call in operator.calls for column, (_, expression) in partials(call).items()}
-    partial = frame.groupBy(*node.keys).agg(*[F.expr(e).alias(column) for column, e in wanted.items()])
-    types = to_arrow_schema(partial.schema, timezone=session_timezone(frame))
-    output = [types.field(key) for key in node.keys]
-    for call in operator.calls:
-        if call.function in ("avg", "mean"):
-            output.append(pa.field(call.name, pa.float64()))
-        else:
-            output.append(types.field(f"__{call.name}").with_name(call.name))
-    state = {column: ValueState(types.field(column).type) for column in wanted}
+    partial, types, values = _partials(operator.calls, frame.groupBy(*node.keys))
+    state = {column: ValueState(types.field(column).type) for column in _partial_expressions(operator.calls)}
     merge = PartialMerge(operator.calls, node.keys)
     exchanged = context.exchange(partial, keep_key_group=True)
-    return context.run(exchanged, merge, pa.schema(output), state, (), unique_keys=True)
+    output = pa.schema([*[types.field(key) for key in node.keys], *values])
+    return context.run(exchanged, merge, output, state, (), unique_keys=True)
+
+
+def _partial_expressions(calls: tuple[AggregateCall, ...]) -> dict[str, str]:
+    return {column: expression for call in calls for column, (_, expression) in partials(call).items()}
+
+
+def _partials(
+    calls: tuple[AggregateCall, ...], grouped: GroupedData, *extra: Column
+) -> tuple[DataFrame, pa.Schema, list[pa.Field]]:
+    """Spark's partial aggregates of one micro-batch (and ``extra`` aggregates), their Arrow
+    types, and the fields of the final values."""
+    wanted = _partial_expressions(calls)
+    partial = grouped.agg(*[F.expr(e).alias(column) for column, e in wanted.items()], *extra)
+    types = to_arrow_schema(partial.schema, timezone=session_timezone(partial))
+    values = [
+        pa.field(call.name, pa.float64())
+        if call.function in ("avg", "mean")
+        else types.field(f"__{call.name}").with_name(call.name)
+        for call in calls
+    ]
+    return partial, types, values
+
+
+def _window_aggregate(operator: physical.WindowAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """Tumbling and sliding windows: Spark assigns each row its window(s) and aggregates the
+    micro-batch per key and window; state merges the partials and fires on the watermark."""
+    node = operator.node
+    assigned = _assigned(operator, frame, context)
+    keys = (*node.keys, WINDOW_START, WINDOW_END)
+    windowed = with_windows(node, assigned, context.time.watermark_before)
+    partial, types, values = _partials(operator.calls, windowed.groupBy(*keys))
+    state = WindowMerge.state({column: types.field(column).type for column in _partial_expressions(operator.calls)})
+    function = WindowMerge(operator.calls, node.allowed_lateness, bool(node.allowed_lateness))
+    exchanged = context.exchange(partial, keep_key_group=True)
+    output = pa.schema([*[types.field(key) for key in keys], *values, *_updates(node)])
+    return context.run(exchanged, function, output, state, (), unique_keys=True, keys=keys)
+
+
+def _session_window_aggregate(
+    operator: physical.SessionWindowAggregate, frame: DataFrame, context: KeyedContext
+) -> DataFrame:
+    """Session windows: Spark's ``session_window`` sessions of the micro-batch per key (with
+    their partials) merge in the worker with the key's open sessions."""
+    node = operator.node
+    assigned = _assigned(operator, frame, context)
+    session = F.session_window(F.col(node.time_column).cast("timestamp"), f"{node.assigner.gap} microseconds")
+    bounds = (
+        F.min(EVENT_MICROS).alias(START_MICROS),
+        (F.max(EVENT_MICROS) + F.lit(node.assigner.gap)).alias(END_MICROS),
+    )
+    partial, types, values = _partials(
+        operator.calls, assigned.groupBy(*node.keys, session.alias("__session")), *bounds
+    )
+    partial = partial.drop("__session")
+    state = SessionMerge.state({column: types.field(column).type for column in _partial_expressions(operator.calls)})
+    function = SessionMerge(operator.calls, node.keys, node.allowed_lateness, bool(node.allowed_lateness))
+    exchanged = context.exchange(partial, keep_key_group=True)
+    window = [pa.field(WINDOW_START, TIMESTAMP), pa.field(WINDOW_END, TIMESTAMP)]
+    output = pa.schema([*[types.field(key) for key in node.keys], *window, *values, *_updates(node)])
+    return context.run(exchanged, function, output, state, ())
+
+
+def _assigned(operator: physical.WindowAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """The rows that have a window; the others (late, no event time) to the dead letters or counted."""
+    node = operator.node
+    if node.time_column not in frame.columns:
+        raise PlanError(
+            f"operator {node.name!r}: the event-time column {node.time_column!r} (the source's watermark column) "
+            f"is not among its input's columns {frame.columns}; keep it in the operators before the window"
+        )
+    count = context.reject(None) if node.late_rows is None else None
+    assigned = split_late(node, frame, context.time.watermark_before, count)
+    if node.late_rows is not None:
+        context.reject(assigned.rejected)
+    return assigned.rows
+
+
+def _updates(node: WindowAggregateNode) -> list[pa.Field]:
+    return [pa.field(IS_UPDATE, pa.bool_())] if node.allowed_lateness else []
 
 
 def _in_worker(operator: physical.InWorkerAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
@@ -272,6 +356,8 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.TimedProcess: _timed_process,
     physical.GroupByAggregate: _group_by,
     physical.MergedPartialsAggregate: _merged_partials,
+    physical.WindowAggregate: _window_aggregate,
+    physical.SessionWindowAggregate: _session_window_aggregate,
     physical.InWorkerAggregate: _in_worker,
     physical.RetractingAggregate: _retracting,
     physical.InWorkerDistinctAggregate: _in_worker_distinct,

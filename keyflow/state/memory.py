@@ -124,7 +124,7 @@ class KeyIndex:
         self.size += len(keys)
         while len(self._chunks) > 1 and len(self._chunks[-2][0]) <= 2 * len(self._chunks[-1][0]):
             (older, first), (newer, _) = self._chunks[-2], self._chunks.pop()
-            self._chunks[-1] = (older.append(newer), first)
+            self._chunks[-1] = (_appended([older, newer]), first)
         return slots
 
     def take(self, slots: Slots) -> pd.Index:
@@ -140,7 +140,7 @@ class KeyIndex:
         for number in np.unique(owner):
             chunk, first = self._chunks[number]
             pieces.append(chunk.take(slots[order][owner[order] == number] - first))
-        grouped = pieces[0].append(pieces[1:]) if len(pieces) > 1 else pieces[0]
+        grouped = _appended(pieces)
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))
         return grouped.take(inverse)
@@ -193,6 +193,10 @@ class KeyedStateStore:
                 self._key_groups[slots[new]] = key_groups[new]
         self._touched[slots] = True
         return slots, previous
+
+    def touch(self, slots: Slots) -> None:
+        """Mark ``slots`` changed (a checkpoint writes them): state set outside :meth:`slots`."""
+        self._touched[slots] = True
 
     def touched(self) -> Slots:
         """Slots touched since the last :meth:`take_touched` (kept for it)."""
@@ -248,6 +252,20 @@ class KeyedStateStore:
         for name, column in self.columns.items():
             column.set(slots, table.column(name))
         self._touched[slots] = False
+
+
+def _appended(indexes: list[pd.Index]) -> pd.Index:
+    """Indexes one after another. A MultiIndex is appended level by level: pandas' own
+    ``MultiIndex.append`` turns timezone-aware levels into NaT once appended twice (pandas 2.3)."""
+    if len(indexes) == 1:
+        return indexes[0]
+    first = indexes[0]
+    if not isinstance(first, pd.MultiIndex):
+        return first.append(indexes[1:])
+    levels = [
+        first.get_level_values(n).append([i.get_level_values(n) for i in indexes[1:]]) for n in range(first.nlevels)
+    ]
+    return pd.MultiIndex.from_arrays(levels, names=first.names)
 
 
 def key_index(keys: pa.Table) -> pd.Index:

@@ -169,6 +169,7 @@ def pop_due(store: KeyedStateStore, domain: str, until: int) -> tuple[Slots, npt
     order = np.argsort(earliest, kind="stable")
     due, earliest = due[order], earliest[order].astype(np.int64)
     change_timers(store, due, domain, np.arange(len(due), dtype=np.int64), earliest, delete=True)
+    store.touch(due)  # the removal is written with the rows the timers emit: each fires once
     return due, earliest
 
 

@@ -113,7 +113,7 @@ def commit_micro_batch(
     metrics = BatchMetrics(
         batch, plan.parallelism, _observed_rows(observation), outputs, len(written),
         sum(f.bytes for f in written), time.perf_counter() - started, conflicts,
-        None if not watermarks else time_now.watermark,
+        None if not watermarks else time_now.watermark, _late_counts(builder),
     )  # fmt: skip
     return manifest, metrics
 
@@ -148,11 +148,21 @@ def _stage_outputs(builder: FrameBuilder, batch: int) -> tuple[dict[str, int], l
     for sink in plan.sinks:
         stage(plan.uid(sink.id), sink.name, sink.sink, builder.frame(sink.id), sink)
     by_uid = plan.outputs()
-    for node, letters in builder.take_dead_letters():
-        uid = f"{plan.uid(node.id)}/dead-letters"
+    for letters in builder.take_dead_letters():
+        uid = f"{plan.uid(letters.node.id)}/{letters.kind}"
         label, sink = by_uid[uid]
-        stage(uid, label, sink, letters, node)
+        stage(uid, label, sink, letters.rows, letters.node)
     return outputs, staged
+
+
+def _late_counts(builder: FrameBuilder) -> dict[str, int]:
+    """Late rows each window dropped (it has no late_rows sink), where any were."""
+    counts = {}
+    for name, observation in builder.late_counts:
+        dropped = int(observation.get.get("rows") or 0)
+        if dropped:
+            counts[name] = dropped
+    return counts
 
 
 def _observed_rows(observation: Observation) -> int | None:
