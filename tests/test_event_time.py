@@ -1,0 +1,134 @@
+"""Event time on a real local Spark: watermarks, timers and windows, batch and streaming,
+compared with pandas references computed from event-time semantics alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from keyflow import Pipeline, WatermarkStrategy, files, log, parquet, tumbling
+from keyflow.state.checkpoint import Checkpoint
+from tests.event_time import (
+    BASE,
+    TIMED,
+    append_timed,
+    event_time_sinks,
+    expected_alerts,
+    expected_sessions,
+    expected_tumbling,
+    normalized,
+    timed_events,
+)
+from tests.streams import config, read_output
+
+pytestmark = pytest.mark.jvm  # every test here runs Spark
+
+STRATEGY = WatermarkStrategy.for_bounded_out_of_orderness("ts", "30 s")
+
+
+def assert_event_time_output(out: Path, events: pd.DataFrame, watermark: int | None) -> None:
+    tumbling_rows = normalized(read_output(out / "tumbling"), ["user", "window_start"])
+    expected = expected_tumbling(events, watermark)
+    assert (tumbling_rows.window_end - tumbling_rows.window_start == pd.Timedelta("10 min")).all()
+    pd.testing.assert_frame_equal(
+        tumbling_rows[["user", "window_start", "n", "total"]], normalized(expected, ["user", "window_start"]),
+        check_dtype=False,
+    )  # fmt: skip
+    sessions = normalized(read_output(out / "sessions"), ["user", "window_start"])
+    pd.testing.assert_frame_equal(sessions, normalized(expected_sessions(events, watermark), ["user", "window_start"]),
+                                  check_dtype=False)  # fmt: skip
+    alerts = normalized(read_output(out / "alerts"), ["user", "alert_at"])
+    pd.testing.assert_frame_equal(alerts, normalized(expected_alerts(events, watermark), ["user", "alert_at"]),
+                                  check_dtype=False)  # fmt: skip
+
+
+def test_bounded_input_fires_every_window_and_timer(spark, tmp_path: Path) -> None:
+    events = timed_events(3_000, 40, start=0, seed=11, seconds=3 * 3600)
+    pq.write_table(pa.Table.from_pandas(events, schema=TIMED, preserve_index=False), tmp_path / "events.parquet")
+    pipeline = Pipeline(config=config(2))
+    event_time_sinks(pipeline.source(files(tmp_path / "events.parquet"), watermark=STRATEGY), tmp_path / "out")
+    pipeline.run()
+    assert_event_time_output(tmp_path / "out", events, watermark=None)  # the end of input fires everything
+
+
+def test_stream_over_20_micro_batches_with_restart_and_live_rescale(spark, tmp_path: Path) -> None:
+    """Windows, sessions and timers open across micro-batches, a restart at another parallelism
+    and a live rescale; the output equals the reference cut at the final watermark."""
+    first = timed_events(2_400, 40, start=0, seed=12, seconds=2_400)
+    append_timed(tmp_path / "log", first)
+
+    def pipeline(parallelism: int) -> Pipeline:
+        built = Pipeline(config=config(parallelism))
+        event_time_sinks(built.source(log(str(tmp_path / "log"), rows_per_batch=200), watermark=STRATEGY),
+                         tmp_path / "out")  # fmt: skip
+        return built
+
+    result = pipeline(2).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert len(result.batches) == 12
+    watermarks = [batch.watermark for batch in result.batches]
+    assert None not in watermarks
+    assert watermarks == sorted(watermarks)
+    manifest = Checkpoint(str(tmp_path / "ckpt")).manifests.latest()
+    assert manifest is not None
+    assert [w["watermark"] for w in manifest.watermarks.values()] == [watermarks[-1]]  # committed with the state
+
+    second = timed_events(1_600, 40, start=2_400, seed=13, seconds=1_600)
+    append_timed(tmp_path / "log", second)
+    rescaled_at: list[int] = []
+
+    def rescale_once(metrics) -> None:  # type: ignore[no-untyped-def]
+        if not rescaled_at and metrics.parallelism == 1:
+            rescaled_at.append(metrics.batch)
+            job.rescale(3)  # live, while windows, sessions and timers are open
+
+    job = pipeline(1).start(checkpoint=str(tmp_path / "ckpt"), on_batch=rescale_once)
+    try:
+        job.process_all_available()
+    finally:
+        job.stop()
+    batches = job.result.batches
+    assert len(result.batches) + len(batches) >= 20
+    assert {b.parallelism for b in batches} == {1, 3}
+    assert_event_time_output(tmp_path / "out", pd.concat([first, second], ignore_index=True), batches[-1].watermark)
+
+
+def test_late_rows_update_within_lateness_and_go_to_the_late_rows_sink(spark, tmp_path: Path) -> None:
+    def rows(*spec: tuple[str, str | None]) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "user": [user for user, _ in spec],
+                "ts": [None if at is None else BASE + pd.Timedelta(at) for _, at in spec],
+                "amount": [1] * len(spec),
+                "seq": range(len(spec)),
+            }
+        )
+
+    # Watermark after the first batch: 00:05:00 - 30 s - 1 us; windows [0, 1) and [3, 4) min fire.
+    append_timed(tmp_path / "log", rows(("a", "10s"), ("a", "3min 10s"), ("a", "5min")), splits=1)
+
+    def run() -> None:
+        pipeline = Pipeline(config=config(2))
+        source = pipeline.source(log(str(tmp_path / "log")), watermark=STRATEGY)
+        source.key_by("user").window(tumbling("1 min"), allowed_lateness="1 min", late_rows=parquet(tmp_path / "late")
+                                     ).aggregate(n="count(*)").sink(parquet(tmp_path / "out"))  # fmt: skip
+        pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+    run()
+    # [3, 4) min is still within its lateness: updated; [0, 1) is not: late; a null time has no window.
+    append_timed(tmp_path / "log", rows(("a", "3min 50s"), ("a", "20s"), ("a", None), ("a", "6min")))
+    run()
+    out = normalized(read_output(tmp_path / "out"), ["window_start", "is_update"])
+    assert [(str(w.time()), n, u) for w, n, u in zip(out.window_start, out.n, out.is_update, strict=True)] == [
+        ("00:00:00", 1, False),
+        ("00:03:00", 1, False),
+        ("00:03:00", 2, True),
+    ]
+    late = read_output(tmp_path / "late").sort_values("reason").reset_index(drop=True)
+    assert late.ts.isna().tolist() == [True, False]
+    assert late.reason[0] == "event time 'ts' is null"
+    assert late.reason[1].startswith("late: its last window ends at 2024-01-01 00:01:00")
+    assert late.ts[1] == pd.Timestamp("2024-01-01 00:00:20")  # the row itself, whole (Spark's sinks write UTC)
