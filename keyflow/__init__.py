@@ -20,6 +20,7 @@ _EXPORTS = {
     "ValueState": "keyflow.plan.descriptors",
     "ListState": "keyflow.plan.descriptors",
     "MapState": "keyflow.plan.descriptors",
+    "StateTtlConfig": "keyflow.plan.descriptors",
     "datagen": "keyflow.connectors.datagen",
     "sequence": "keyflow.connectors.datagen",
     "random_int": "keyflow.connectors.datagen",

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 
 from keyflow import KeyedBatch, KeyedState, Log, Stream, ValueState, parquet, session, tumbling
+from tests.streams import read_output
 
 TIMED = pa.schema(
     [("user", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("amount", pa.int64()), ("seq", pa.int64())]
@@ -128,6 +129,22 @@ def expected_alerts(events: pd.DataFrame, watermark: int | None = None) -> pd.Da
     alerts = ordered[(following > due) | following.isna()].assign(alert_at=due)
     alerts = _fired(alerts, alerts.alert_at + pd.Timedelta(microseconds=1), watermark)
     return alerts[["user", "alert_at"]].sort_values(["user", "alert_at"]).reset_index(drop=True)
+
+
+def assert_event_time_output(out: Path, events: pd.DataFrame, watermark: int | None) -> None:
+    tumbling_rows = normalized(read_output(out / "tumbling"), ["user", "window_start"])
+    expected = expected_tumbling(events, watermark)
+    assert (tumbling_rows.window_end - tumbling_rows.window_start == pd.Timedelta("10 min")).all()
+    pd.testing.assert_frame_equal(
+        tumbling_rows[["user", "window_start", "n", "total"]], normalized(expected, ["user", "window_start"]),
+        check_dtype=False,
+    )  # fmt: skip
+    sessions = normalized(read_output(out / "sessions"), ["user", "window_start"])
+    pd.testing.assert_frame_equal(sessions, normalized(expected_sessions(events, watermark), ["user", "window_start"]),
+                                  check_dtype=False)  # fmt: skip
+    alerts = normalized(read_output(out / "alerts"), ["user", "alert_at"])
+    pd.testing.assert_frame_equal(alerts, normalized(expected_alerts(events, watermark), ["user", "alert_at"]),
+                                  check_dtype=False)  # fmt: skip
 
 
 def normalized(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:

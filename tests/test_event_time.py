@@ -16,10 +16,8 @@ from tests.event_time import (
     BASE,
     TIMED,
     append_timed,
+    assert_event_time_output,
     event_time_sinks,
-    expected_alerts,
-    expected_sessions,
-    expected_tumbling,
     normalized,
     timed_events,
 )
@@ -28,22 +26,6 @@ from tests.streams import config, read_output
 pytestmark = pytest.mark.jvm  # every test here runs Spark
 
 STRATEGY = WatermarkStrategy.for_bounded_out_of_orderness("ts", "30 s")
-
-
-def assert_event_time_output(out: Path, events: pd.DataFrame, watermark: int | None) -> None:
-    tumbling_rows = normalized(read_output(out / "tumbling"), ["user", "window_start"])
-    expected = expected_tumbling(events, watermark)
-    assert (tumbling_rows.window_end - tumbling_rows.window_start == pd.Timedelta("10 min")).all()
-    pd.testing.assert_frame_equal(
-        tumbling_rows[["user", "window_start", "n", "total"]], normalized(expected, ["user", "window_start"]),
-        check_dtype=False,
-    )  # fmt: skip
-    sessions = normalized(read_output(out / "sessions"), ["user", "window_start"])
-    pd.testing.assert_frame_equal(sessions, normalized(expected_sessions(events, watermark), ["user", "window_start"]),
-                                  check_dtype=False)  # fmt: skip
-    alerts = normalized(read_output(out / "alerts"), ["user", "alert_at"])
-    pd.testing.assert_frame_equal(alerts, normalized(expected_alerts(events, watermark), ["user", "alert_at"]),
-                                  check_dtype=False)  # fmt: skip
 
 
 def test_bounded_input_fires_every_window_and_timer(spark, tmp_path: Path) -> None:

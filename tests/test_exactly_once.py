@@ -1,9 +1,11 @@
 """Exactly-once under real crashes: the driver is killed with SIGKILL inside a micro-batch,
-restarted, and the output must equal that of a run that never crashed."""
+restarted, and the output must equal that of a run that never crashed: running totals,
+and with event time windows, sessions and timers open across the crashes."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -15,7 +17,9 @@ from typer.testing import CliRunner
 
 from keyflow.cli.app import app
 from keyflow.runtime.streaming import FAULT_ENV
-from tests.streams import append, events, expected_totals, read_output
+from keyflow.state.checkpoint import Checkpoint
+from tests.event_time import append_timed, assert_event_time_output, timed_events
+from tests.streams import expected_totals, read_output
 
 pytestmark = pytest.mark.jvm  # every test here runs Spark
 
@@ -33,17 +37,26 @@ def run_job(tmp: Path, parallelism: int, fault: str | None = None) -> subprocess
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
-# Each crash point in turn, on one checkpoint: every restart recovers from the crash before it
-# (at another parallelism) and then crashes at the next point.
-CRASHES = [("start:1", 2), ("after-sink-write:2", 3), ("after-commit:3", 2), ("after-publish:4", 3)]
+POINTS = ["start", "after-sink-write", "after-commit", "after-publish"]
+SEED = random.randrange(1_000_000)
+
+
+def crashes(seed: int) -> list[tuple[str, int]]:
+    """Five crashes on one checkpoint, one in each of batches 1..5 at a random point (each point
+    at least once), each run at another parallelism than the one before: every restart recovers
+    from the crash before it and then crashes at the next."""
+    rng = random.Random(seed)
+    points = [*POINTS, rng.choice(POINTS)]
+    rng.shuffle(points)
+    return [(f"{point}:{batch}", 2 + batch % 2) for batch, point in enumerate(points, start=1)]
 
 
 def test_killed_driver_restarts_to_the_same_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    data = events(4_200, 200, start=0, seed=5)  # 700 rows per batch: batches 0..5
-    append(tmp_path / "log", data)
-    for fault, parallelism in CRASHES:
+    data = timed_events(4_200, 200, start=0, seed=5, seconds=4_200)  # 700 rows per batch: batches 0..5
+    append_timed(tmp_path / "log", data)
+    for fault, parallelism in crashes(SEED):
         crashed = run_job(tmp_path, parallelism, fault)
-        assert crashed.returncode == -signal.SIGKILL, f"{fault}: {crashed.stdout}{crashed.stderr}"
+        assert crashed.returncode == -signal.SIGKILL, f"seed {SEED}, {fault}: {crashed.stdout}{crashed.stderr}"
     monkeypatch.setenv("KEYFLOW_TEST_DIR", str(tmp_path))
     monkeypatch.delenv(FAULT_ENV, raising=False)
     resumed = CliRunner().invoke(
@@ -52,4 +65,6 @@ def test_killed_driver_restarts_to_the_same_output(tmp_path: Path, monkeypatch: 
     assert resumed.exit_code == 0, resumed.output  # the last restart runs in this process: no fault left to inject
     got = read_output(tmp_path / "out").sort_values("seq").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected_totals(data).reset_index(drop=True), check_dtype=False)
+    watermark = Checkpoint(str(tmp_path / "ckpt")).manifests.latest().watermarks  # type: ignore[union-attr]
+    assert_event_time_output(tmp_path / "event_time", data, next(iter(watermark.values()))["watermark"])
     assert not list((tmp_path / "out" / "_keyflow_staging").rglob("part-*"))  # nothing left half-published

@@ -13,7 +13,8 @@ from keyflow.errors import PlanError
 from keyflow.plan import nodes
 from keyflow.plan.builder import Keying, PlanBuilder, aggregations_needed
 from keyflow.plan.descriptors import StateDescriptor
-from keyflow.plan.event_time import WindowAssigner, duration
+from keyflow.plan.durations import duration
+from keyflow.plan.event_time import WindowAssigner
 
 if TYPE_CHECKING:
     import pandas as pd

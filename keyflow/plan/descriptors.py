@@ -7,11 +7,14 @@ part of the plan: a restore matches each operator's declared state with the chec
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
 from keyflow.errors import PlanError
+from keyflow.plan.durations import duration
 
 
 def arrow_type(value: pa.DataType | str, what: str) -> pa.DataType:
@@ -27,11 +30,42 @@ def arrow_type(value: pa.DataType | str, what: str) -> pa.DataType:
         ) from None
 
 
+UPDATE_TYPES = ("OnCreateAndWrite", "OnReadAndWrite")
+
+
+@dataclass(frozen=True)
+class StateTtlConfig:
+    """Flink's ``StateTtlConfig``: a state value expires ``ttl`` after it was last written (and,
+    with ``update_type="OnReadAndWrite"``, read), in processing time. An expired value is never
+    returned (Flink's ``NeverReturnExpired``, the only visibility offered); it is removed when
+    its key's subtask next runs or compacts, so the state's size falls."""
+
+    ttl: Any
+    update_type: str = "OnCreateAndWrite"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ttl", duration(self.ttl, "StateTtlConfig ttl", zero=False))
+        if self.update_type not in UPDATE_TYPES:
+            raise PlanError(
+                f"StateTtlConfig update_type={self.update_type!r} is invalid; choose one of {', '.join(UPDATE_TYPES)}"
+            )
+
+    @property
+    def micros(self) -> int:
+        return int(self.ttl)
+
+
+def ttl_column(state: str) -> str:
+    """The hidden column holding when each key's ``state`` was last written (or read)."""
+    return f"__ttl_{state}"
+
+
 @dataclass(frozen=True)
 class ValueState:
-    """One value per key."""
+    """One value per key; ``ttl``: a :class:`StateTtlConfig`."""
 
     type: pa.DataType | str
+    ttl: StateTtlConfig | None = None
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -43,6 +77,7 @@ class ListState:
     """A list of values per key; ``add`` appends."""
 
     element_type: pa.DataType | str
+    ttl: StateTtlConfig | None = None
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -55,6 +90,7 @@ class MapState:
 
     key_type: pa.DataType | str
     value_type: pa.DataType | str
+    ttl: StateTtlConfig | None = None
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -64,3 +100,12 @@ class MapState:
 
 
 StateDescriptor = ValueState | ListState | MapState
+
+
+def with_ttl_columns(state: Mapping[str, StateDescriptor]) -> dict[str, StateDescriptor]:
+    """The declared states and, for each with a TTL, the hidden column of its write times."""
+    columns: dict[str, StateDescriptor] = dict(state)
+    for name, descriptor in state.items():
+        if descriptor.ttl is not None:
+            columns[ttl_column(name)] = ValueState(pa.int64())
+    return columns

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from keyflow.connectors.base import Sink, Source, changelog_mode, is_unbounded
-from keyflow.plan.descriptors import StateDescriptor
+from keyflow.plan.descriptors import StateDescriptor, with_ttl_columns
 from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner
 
 
@@ -177,8 +177,9 @@ class ProcessNode(KeyedNode):
     kind: ClassVar[str] = "process"
 
     def declared_state(self) -> tuple[tuple[str, str], ...]:
-        """Each declared state's name and Arrow type, as the plan records them."""
-        return tuple((name, str(descriptor.arrow_type)) for name, descriptor in self.state.items())
+        """Each declared state's name and Arrow type (and the write times of one with a TTL),
+        as the plan records them."""
+        return tuple((name, str(descriptor.arrow_type)) for name, descriptor in with_ttl_columns(self.state).items())
 
     def describe(self) -> dict[str, Any]:
         described = {

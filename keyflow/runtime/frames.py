@@ -7,6 +7,7 @@ operator) or chained; the nodes give the functions, sources and sinks.
 
 from __future__ import annotations
 
+import time as clock
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,7 +34,6 @@ from keyflow.runtime.operators import (
 )
 from keyflow.runtime.session import spark_session
 from keyflow.runtime.translators import KeyedContext, translate_keyed
-from keyflow.runtime.workers import BOUNDED
 from keyflow.scheduler.batch_parallelism import AutoParallelism
 from keyflow.state.durable import CheckpointedState
 from keyflow.state.timers import TaskTime
@@ -64,7 +64,7 @@ class FrameBuilder:
         state: dict[str, CheckpointedState] | None = None,
         auto_parallelism: AutoParallelism | None = None,
         source_parallelism: int | None = None,
-        time: TaskTime = BOUNDED,
+        time: TaskTime | None = None,
     ) -> None:
         """``sources`` replace reading a source (a streaming micro-batch), by node id; ``state``
         gives keyed operators durable state by uid (streaming); without it state lives for one run.
@@ -72,7 +72,8 @@ class FrameBuilder:
         it from their input's bytes (``stages`` reports each decision); sources without one
         read at ``source_parallelism``. ``time``: the watermarks and processing time keyed
         operators run at (a batch run: its end fires every timer)."""
-        self.spark, self.plan, self.time = spark, plan, time
+        self.spark, self.plan = spark, plan
+        self.time = time or TaskTime.bounded(int(clock.time() * 1_000_000))
         self._sources, self._state, self._stateful = sources or {}, state or {}, state is not None
         self._auto, self._source_parallelism = auto_parallelism, source_parallelism
         self.stages: list[StageReport] = []

@@ -24,7 +24,7 @@ from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import physical
 from keyflow.plan.aggregates import AggregateCall
 from keyflow.plan.columns import missing_order_by_message
-from keyflow.plan.descriptors import StateDescriptor, ValueState
+from keyflow.plan.descriptors import StateDescriptor, ValueState, with_ttl_columns
 from keyflow.plan.event_time import timer_state
 from keyflow.plan.graph import Operator
 from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START, KeyedNode, WindowAggregateNode
@@ -179,7 +179,7 @@ def _user_function(
     exchanged = context.exchange(frame, keep_key_group=True)
     if node.order_by:  # whole keys per call; without order_by the worker groups each batch by hashing
         exchanged = exchanged.sortWithinPartitions(*node.keys)
-    return context.run(exchanged, function, schema, {**node.state, **hidden}, node.order_by)
+    return context.run(exchanged, function, schema, {**with_ttl_columns(node.state), **hidden}, node.order_by)
 
 
 def _group_by(operator: physical.GroupByAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:

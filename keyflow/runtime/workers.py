@@ -25,7 +25,15 @@ from keyflow.plan.event_time import DOMAINS
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.schemas import ColumnsDifferError, TypesDifferError, conform_to
 from keyflow.state.durable import CheckpointedState, MemoryState
-from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, MapStateView, ValueStateView, key_boundaries
+from keyflow.state.keyed import (
+    KeyedBatch,
+    KeyedState,
+    ListStateView,
+    MapStateView,
+    ValueStateView,
+    expire,
+    key_boundaries,
+)
 from keyflow.state.memory import KeyedStateStore
 from keyflow.state.splits import PREVIOUS_KEY_GROUP
 from keyflow.state.timers import TIMESTAMP, FiredTimers, TaskTime, TimerService, pop_due
@@ -126,7 +134,8 @@ class TimedUserProcess(UserProcess):
                 if not len(slots):
                     break
                 fired = FiredTimers(store.keys(slots), pa.array(stamps, TIMESTAMP), domain)
-                result = self.on_timer(fired, KeyedState(store, slots, kinds, TimerService(store, slots, firing)))
+                state = KeyedState(store, slots, kinds, TimerService(store, slots, firing), time.processing_time)
+                result = self.on_timer(fired, state)
                 if result is None:
                     raise _not_a_table(f"{self.operator}'s on_timer", result)
                 yield result
@@ -139,7 +148,7 @@ class TimedUserProcess(UserProcess):
                 )
 
 
-BOUNDED = TaskTime.bounded()
+BOUNDED = TaskTime.bounded(0)  # replaced by a run's own (with its clock) by the frame builder
 
 
 @dataclass(frozen=True)
@@ -203,12 +212,14 @@ class KeyedRunner:
             for table in itertools.chain([first] if first is not None else [], tables):
                 yield from self._run(table)
             if self.function.finishes and len(touched := self._store.touched()):
-                state = KeyedState(self._store, touched, self._kinds)
+                state = KeyedState(self._store, touched, self._kinds, now=task.time.processing_time)
                 yield from self._emit(_call(self.function.finish, task.operator, self._store.keys(touched), state))
             if self.function.timed:
                 fired = _call(lambda: list(self.function.advance(task.time, self._store)), task.operator)
                 for result in fired:
                     yield from self._emit(result)
+            if any(descriptor.ttl is not None for descriptor in task.state.values()):
+                expire(self._store, task.time.processing_time)
             task.keyed_state.close(self._store, self._subtask, *self._range)
             if self._reports:
                 task.keyed_state.report_keys(pa.concat_tables(self._reports), *self._range)
@@ -250,7 +261,7 @@ class KeyedRunner:
             if mixed.any():
                 self._report(keyed.keys.take(keyed.key_index[mixed]), keyed.row_key_groups[mixed], first_of_key[mixed])
         timers = TimerService(self._store, slots, task.time) if self.function.timed else None
-        state = KeyedState(self._store, slots, self._kinds, timers)
+        state = KeyedState(self._store, slots, self._kinds, timers, task.time.processing_time)
         yield from self._emit(_call(self.function.process, self.task.operator, keyed, state))
 
     def _outside_range(self, table: pa.Table, key_groups: npt.NDArray[np.int32], first: int, last: int) -> str:

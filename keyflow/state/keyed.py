@@ -17,8 +17,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from keyflow.plan.descriptors import ttl_column
 from keyflow.state.grouping import grouping_order, key_codes
-from keyflow.state.memory import KeyedStateStore, Slots
+from keyflow.state.memory import KeyedStateStore, Slots, StateColumn
 from keyflow.state.timers import TimerService
 
 
@@ -133,19 +134,34 @@ def same_keys(left: Any, right: Any) -> npt.NDArray[np.bool_]:
 
 
 class ValueStateView:
-    """One value per key of the batch."""
+    """One value per key of the batch. With a TTL (:class:`keyflow.StateTtlConfig`) an expired
+    value reads as null, and a write (or, ``OnReadAndWrite``, a read) restarts its time."""
 
-    def __init__(self, store: KeyedStateStore, name: str, slots: Slots) -> None:
+    def __init__(self, store: KeyedStateStore, name: str, slots: Slots, now: int = 0) -> None:
         self._column = store.columns[name]
         self._slots = slots
+        self._ttl = store.descriptors[name].ttl
+        self._written = store.columns[ttl_column(name)] if self._ttl is not None else None
+        self._now = now
 
     def get(self) -> pa.Array:
-        """The stored value of every key in ``batch.keys`` (null where none is stored)."""
-        return self._column.get(self._slots)
+        """The stored value of every key in ``batch.keys`` (null where none is stored or it expired)."""
+        values = self._column.get(self._slots)
+        if self._written is None or self._ttl is None:
+            return values
+        expired = expired_at(self._written, self._slots, self._ttl.micros, self._now)
+        if self._ttl.update_type == "OnReadAndWrite":
+            read = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool) & ~expired
+            self._written.set(self._slots[read], pa.array(np.full(int(read.sum()), self._now, dtype=np.int64)))
+        return pc.if_else(pa.array(expired), pa.nulls(len(values), values.type), values) if expired.any() else values
 
     def update(self, values: Any) -> None:
         """Store one value per key in ``batch.keys``; a null clears that key's state."""
-        self._column.set(self._slots, _array(values, self._column.type))
+        array = _array(values, self._column.type)
+        self._column.set(self._slots, array)
+        if self._written is not None:
+            now = pa.array(np.full(len(array), self._now, dtype=np.int64))
+            self._written.set(self._slots, pc.if_else(array.is_valid(), now, pa.nulls(len(array), pa.int64())))
 
     def clear(self) -> None:
         self.update(pa.nulls(len(self._slots), self._column.type))
@@ -186,7 +202,8 @@ class MapStateView(ValueStateView):
 
 class KeyedState:
     """The declared states of a ``process`` operator, aligned with the batch's keys; with
-    ``on_timer``, ``timers`` registers and deletes the keys' timers."""
+    ``on_timer``, ``timers`` registers and deletes the keys' timers. ``now``: processing time
+    (microseconds) for state TTL."""
 
     def __init__(
         self,
@@ -194,8 +211,9 @@ class KeyedState:
         slots: Slots,
         kinds: dict[str, type[ValueStateView]],
         timers: TimerService | None = None,
+        now: int = 0,
     ) -> None:
-        self._views = {name: kind(store, name, slots) for name, kind in kinds.items()}
+        self._views = {name: kind(store, name, slots, now) for name, kind in kinds.items()}
         self._timers = timers
 
     @property
@@ -210,6 +228,27 @@ class KeyedState:
             return self._views[name]
         except KeyError:
             raise KeyError(f"no state named {name!r}; declared: {', '.join(self._views) or 'none'}") from None
+
+
+def expired_at(written: StateColumn, slots: Slots, ttl: int, now: int) -> npt.NDArray[np.bool_]:
+    """Which of ``slots`` hold a value written ``ttl`` or longer before ``now``."""
+    stamps = written.get(slots)
+    times = np.asarray(stamps.fill_null(now).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return np.asarray(stamps.is_valid().to_numpy(zero_copy_only=False), dtype=bool) & (now - times >= ttl)
+
+
+def expire(store: KeyedStateStore, now: int) -> None:
+    """Clear every expired value of the states with a TTL (their keys are written, so the
+    checkpoint forgets them too, and a compaction drops the keys with nothing left)."""
+    for name, descriptor in store.descriptors.items():
+        if descriptor.ttl is None:
+            continue
+        written = store.columns[ttl_column(name)]
+        slots = written.at_most(now - descriptor.ttl.micros, len(store))
+        if len(slots):
+            store.columns[name].set(slots, pa.nulls(len(slots), store.columns[name].type))
+            written.set(slots, pa.nulls(len(slots), pa.int64()))
+            store.touch(slots)
 
 
 def _array(values: Any, arrow_type: pa.DataType) -> pa.Array:

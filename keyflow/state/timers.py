@@ -37,20 +37,25 @@ class TaskTime:
     """The times a keyed subtask runs a micro-batch at (microseconds since the epoch):
     ``watermark_before`` held while the batch's rows arrived (rows at or before it are late),
     ``watermark`` is reached once they are processed (timers and windows up to it fire),
-    ``processing_time`` is the driver's clock when the micro-batch started."""
+    ``processing_time`` is the driver's clock when the micro-batch started (state TTL runs on
+    it); ``end_of_input``: a bounded input's end, where every timer fires."""
 
     watermark_before: int
     watermark: int
     processing_time: int
+    end_of_input: bool = False
 
     @staticmethod
-    def bounded() -> TaskTime:
+    def bounded(processing_time: int) -> TaskTime:
         """A batch run: nothing is late; at the end of the input every timer fires (event time
         and, as in Flink's batch execution, processing time)."""
-        return TaskTime(NO_WATERMARK, END_OF_INPUT, END_OF_INPUT)
+        return TaskTime(NO_WATERMARK, END_OF_INPUT, processing_time, end_of_input=True)
 
     def until(self, domain: str) -> int:
-        return self.watermark if domain == EVENT_TIME else self.processing_time
+        """Timers of ``domain`` at or before this time fire."""
+        if domain == EVENT_TIME:
+            return self.watermark
+        return END_OF_INPUT if self.end_of_input else self.processing_time
 
 
 def micros(values: Any) -> npt.NDArray[np.int64]:
@@ -88,7 +93,7 @@ class TimerService:
 
     @property
     def current_processing_time(self) -> pa.TimestampScalar:
-        return pa.scalar(min(self._time.processing_time, END_OF_INPUT - 1), TIMESTAMP)
+        return pa.scalar(self._time.processing_time, TIMESTAMP)
 
     def register_event_time_timer(self, timestamps: Any, key_index: Any = None) -> None:
         self._change(EVENT_TIME, timestamps, key_index, delete=False)

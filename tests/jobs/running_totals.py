@@ -1,18 +1,25 @@
 """A streaming job for crash tests, run by ``keyflow run`` in a subprocess.
 
-It reads the log under $KEYFLOW_TEST_DIR and writes per-event running totals.
+It reads the timestamped log under $KEYFLOW_TEST_DIR and writes per-event running totals,
+and with event time (a watermark per split): tumbling windows, session windows and
+inactivity alerts from timers (see ``tests.event_time``).
 """
 
 import os
+from pathlib import Path
 
-from keyflow import Pipeline, log, parquet
+from keyflow import Pipeline, WatermarkStrategy, log, parquet
+from tests.event_time import event_time_sinks
 from tests.streams import TOTAL_SCHEMA, TOTAL_STATE, running_total
 
 base = os.environ["KEYFLOW_TEST_DIR"]
 pipeline = Pipeline(
     config={"spark.master": "local[2]", "pipeline.progress": "off", "execution.checkpointing.interval": "0 s"}
 )
-stream = pipeline.source(log(f"{base}/log", rows_per_batch=700))
+stream = pipeline.source(
+    log(f"{base}/log", rows_per_batch=700), watermark=WatermarkStrategy.for_bounded_out_of_orderness("ts", "30 s")
+)
 stream.key_by("user").process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq").sink(
     parquet(f"{base}/out")
 )
+event_time_sinks(stream, Path(base) / "event_time")
