@@ -13,6 +13,7 @@ from rich.table import Table
 from keyflow.cli.errors import user_errors
 from keyflow.cli.pipeline_file import load_pipeline
 from keyflow.config import AUTO_PARALLELISM_ENABLED, SCHEDULER, load_yaml, parse_conf_pairs
+from keyflow.plan.event_time import iso_micros
 
 if TYPE_CHECKING:  # the runtime loads PySpark: not for every `keyflow` command
     from keyflow.api.pipeline import Pipeline
@@ -187,6 +188,8 @@ def _print_batch(batch: BatchMetrics) -> None:
         f"batch {batch.batch}: parallelism {batch.parallelism}, {_count(batch.input_rows)} rows in, {written}; "
         f"state {batch.state_bytes_written:,} bytes in {batch.state_files} files; {batch.seconds:.1f} s"
         + (f"; {batch.pre_keyed_conflicts:,} keys in two splits (warn)" if batch.pre_keyed_conflicts else "")
+        + (f"; watermark {iso_micros(batch.watermark) or 'none yet'}" if batch.watermark is not None else "")
+        + "".join(f"; {rows:,} late rows dropped by {name!r}" for name, rows in batch.late_rows_dropped.items())
     )
 
 

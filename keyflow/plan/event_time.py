@@ -8,6 +8,7 @@ expected any more: a bounded out-of-orderness strategy emits ``max event time - 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -133,3 +134,10 @@ def timer_state() -> dict[str, StateDescriptor]:
         state[timers_column(domain)] = ListState(pa.int64())
         state[next_timer_column(domain)] = ValueState(pa.int64())
     return state
+
+
+def iso_micros(micros: int | None) -> str | None:
+    """A time in microseconds since the epoch as ISO 8601 (UTC); None before any row."""
+    if micros is None or micros == NO_WATERMARK:
+        return None
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)).isoformat()

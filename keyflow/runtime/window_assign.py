@@ -9,12 +9,11 @@ has no window. Both become dead letters with the reason, or are dropped and coun
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
-from keyflow.plan.event_time import NO_WATERMARK, WindowAssigner
+from keyflow.plan.event_time import NO_WATERMARK, WindowAssigner, iso_micros
 from keyflow.plan.nodes import WINDOW_END, WINDOW_START, WindowAggregateNode
 
 EVENT_MICROS = "__event_us"
@@ -50,10 +49,11 @@ def split_late(
     flagged = rows.withColumn(REJECTED, null | late)
     if count is not None:
         flagged = flagged.observe(count, F.sum(F.col(REJECTED).cast("long")).alias("rows"))
+    watermark = iso_micros(watermark_before)
     reason = F.when(null, F.lit(f"event time {node.time_column!r} is null")).otherwise(
         F.format_string(
-            f"late: its last window ends at %s, at or before the watermark {_iso(watermark_before)} "
-            f"minus the allowed lateness ({lateness} us)",
+            f"late: its last window ends at %s, which plus the allowed lateness ({lateness} us) is at or before "
+            f"the watermark {watermark}",
             F.timestamp_micros(last_end).cast("string"),
         )
     )
@@ -84,9 +84,3 @@ def _last_start(assigner: WindowAssigner) -> Column:
     """The start of the latest window holding the row: Flink's ``TimeWindow.getWindowStartWithOffset``."""
     micros = F.col(EVENT_MICROS)
     return micros - F.pmod(micros - F.lit(assigner.offset), F.lit(assigner.slide))
-
-
-def _iso(micros: int) -> str:
-    if micros == NO_WATERMARK:
-        return "(none yet)"
-    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)).isoformat()

@@ -6,9 +6,11 @@ import json
 from typing import Any
 
 from keyflow.errors import CheckpointError, DamagedFileError
+from keyflow.plan.event_time import iso_micros
 from keyflow.scheduler.timeline import LOG_FILE
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.plan_file import PLAN_FILE, read_plan_file
+from keyflow.state.watermarks import SourceWatermark
 
 
 def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
@@ -52,9 +54,20 @@ def describe_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
         "key_hash": plan.key_hash,
         "versions": [{"version": m.version, "parallelism": m.parallelism, "created": m.created} for m in manifests],
         "operators": state,
+        "watermarks": _watermarks(latest.watermarks if latest else {}),
         "events": checkpoint.events(),
         "damaged": damaged,
     }
+
+
+def _watermarks(recorded: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each source's watermark after the newest version, and each split's newest event time."""
+    found = []
+    for uid, data in recorded.items():
+        mark = SourceWatermark.from_dict(data)
+        splits = {str(s): iso_micros(latest) for s, (latest, _) in sorted(mark.splits.items())}
+        found.append({"source": uid, "watermark": iso_micros(mark.watermark), "split_event_times": splits})
+    return found
 
 
 def scheduler_log(checkpoint: Checkpoint) -> list[dict[str, Any]]:
