@@ -3,6 +3,7 @@ compared with pandas references computed from event-time semantics alone."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -10,8 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from keyflow import Pipeline, WatermarkStrategy, files, log, parquet, tumbling
+from keyflow import Pipeline, StateTtlConfig, ValueState, WatermarkStrategy, files, log, parquet, tumbling
 from keyflow.state.checkpoint import Checkpoint
+from keyflow.state.inspect import describe_checkpoint
 from tests.event_time import (
     BASE,
     TIMED,
@@ -114,3 +116,39 @@ def test_late_rows_update_within_lateness_and_go_to_the_late_rows_sink(spark, tm
     assert late.reason[0] == "event time 'ts' is null"
     assert late.reason[1].startswith("late: its last window ends at 2024-01-01 00:01:00")
     assert late.ts[1] == pd.Timestamp("2024-01-01 00:00:20")  # the row itself, whole (Spark's sinks write UTC)
+
+
+def count_per_user(batch, state):  # type: ignore[no-untyped-def]
+    counts = batch.last_per_key(batch.running_sum(batch.counts[batch.key_index] * 0 + 1, state["n"].get()))
+    state["n"].update(pa.array(counts, pa.int64()))
+    return pa.table({"user": batch.keys.column("user"), "n": pa.array(counts, pa.int64())})
+
+
+def test_state_ttl_expires_values_and_compaction_shrinks_the_state(spark, tmp_path: Path) -> None:
+    """Counts per user kept 1 s (processing time): after a pause a user counts from 1 again, and
+    a compaction (every delta here) keeps only the keys written since."""
+    events = timed_events(300, 30, start=0, seed=14, seconds=60)
+    append_timed(tmp_path / "log", events, splits=2)
+
+    def run() -> list[dict[str, object]]:
+        pipeline = Pipeline(config=config(2, **{"state.compaction.max-deltas": 1}))
+        state = {"n": ValueState("int64", ttl=StateTtlConfig("1 s"))}
+        counts = (
+            pipeline.source(log(str(tmp_path / "log")))
+            .key_by("user")
+            .process(count_per_user, "user string, n bigint", state=state, name="counts")
+        )
+        counts.sink(parquet(tmp_path / "out"))
+        pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+        return describe_checkpoint(Checkpoint(str(tmp_path / "ckpt")))["operators"]
+
+    assert run()[0]["keys_stored"] == 30
+    time.sleep(1.5)
+    again = timed_events(20, 2, start=60, seed=15, seconds=10)
+    append_timed(tmp_path / "log", again)
+    assert run()[0]["keys_stored"] == 2  # the other 28 expired and were dropped
+    out = read_output(tmp_path / "out")
+    for user, count in again.user.value_counts().items():
+        before = int((events.user == user).sum())
+        assert count in set(out.n[out.user == user])  # counted from 1 again: the old count expired
+        assert before + count not in set(out.n[out.user == user])
