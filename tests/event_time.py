@@ -77,8 +77,20 @@ def on_inactive(timers, state: KeyedState) -> pa.Table:  # type: ignore[no-untyp
     return pa.table({"user": timers.keys.column("user"), "alert_at": timers.timestamps})
 
 
-def event_time_sinks(stream: Stream, out: Path) -> None:
-    """The three event-time operators on ``stream``, each to its own parquet sink under ``out``."""
+def window_totals(windows: KeyedBatch) -> pa.Table:
+    """A window function over all rows of each window: its row count and total amount."""
+    amounts = windows.data.column("amount").to_numpy()
+    totals = np.bincount(windows.key_index, weights=amounts, minlength=windows.num_keys).astype(np.int64)
+    return windows.keys.append_column("n", pa.array(windows.counts)).append_column("total", pa.array(totals))
+
+
+def event_time_sinks(stream: Stream, out: Path, window_rows: bool = False) -> None:
+    """The three event-time operators on ``stream``, each to its own parquet sink under ``out``;
+    with ``window_rows`` also the tumbling windows' totals from all their rows (``rows``)."""
+    if window_rows:
+        stream.key_by("user").window(tumbling(TUMBLE)).process(
+            window_totals, "user string, window_start timestamp, window_end timestamp, n bigint, total bigint"
+        ).uid("window-rows").sink(parquet(out / "rows"), uid="rows-out")
     stream.key_by("user").window(tumbling(TUMBLE)).aggregate(n="count(*)", total="sum(amount)").uid("tumbling").sink(
         parquet(out / "tumbling"), uid="tumbling-out"
     )
@@ -131,14 +143,13 @@ def expected_alerts(events: pd.DataFrame, watermark: int | None = None) -> pd.Da
     return alerts[["user", "alert_at"]].sort_values(["user", "alert_at"]).reset_index(drop=True)
 
 
-def assert_event_time_output(out: Path, events: pd.DataFrame, watermark: int | None) -> None:
-    tumbling_rows = normalized(read_output(out / "tumbling"), ["user", "window_start"])
-    expected = expected_tumbling(events, watermark)
-    assert (tumbling_rows.window_end - tumbling_rows.window_start == pd.Timedelta("10 min")).all()
-    pd.testing.assert_frame_equal(
-        tumbling_rows[["user", "window_start", "n", "total"]], normalized(expected, ["user", "window_start"]),
-        check_dtype=False,
-    )  # fmt: skip
+def assert_event_time_output(out: Path, events: pd.DataFrame, watermark: int | None, window_rows: bool = False) -> None:
+    expected = normalized(expected_tumbling(events, watermark), ["user", "window_start"])
+    for windows in ("tumbling", "rows") if window_rows else ("tumbling",):
+        tumbling_rows = normalized(read_output(out / windows), ["user", "window_start"])
+        assert (tumbling_rows.window_end - tumbling_rows.window_start == pd.Timedelta("10 min")).all()
+        pd.testing.assert_frame_equal(tumbling_rows[["user", "window_start", "n", "total"]], expected,
+                                      check_dtype=False)  # fmt: skip
     sessions = normalized(read_output(out / "sessions"), ["user", "window_start"])
     pd.testing.assert_frame_equal(sessions, normalized(expected_sessions(events, watermark), ["user", "window_start"]),
                                   check_dtype=False)  # fmt: skip

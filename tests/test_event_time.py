@@ -34,9 +34,12 @@ def test_bounded_input_fires_every_window_and_timer(spark, tmp_path: Path) -> No
     events = timed_events(3_000, 40, start=0, seed=11, seconds=3 * 3600)
     pq.write_table(pa.Table.from_pandas(events, schema=TIMED, preserve_index=False), tmp_path / "events.parquet")
     pipeline = Pipeline(config=config(2))
-    event_time_sinks(pipeline.source(files(tmp_path / "events.parquet"), watermark=STRATEGY), tmp_path / "out")
+    source = pipeline.source(files(tmp_path / "events.parquet"), watermark=STRATEGY)
+    event_time_sinks(source, tmp_path / "out", window_rows=True)
     pipeline.run()
-    assert_event_time_output(tmp_path / "out", events, watermark=None)  # the end of input fires everything
+    assert_event_time_output(
+        tmp_path / "out", events, watermark=None, window_rows=True
+    )  # the end of input fires everything
 
 
 def test_stream_over_20_micro_batches_with_restart_and_live_rescale(spark, tmp_path: Path) -> None:
@@ -47,8 +50,8 @@ def test_stream_over_20_micro_batches_with_restart_and_live_rescale(spark, tmp_p
 
     def pipeline(parallelism: int) -> Pipeline:
         built = Pipeline(config=config(parallelism))
-        event_time_sinks(built.source(log(str(tmp_path / "log"), rows_per_batch=200), watermark=STRATEGY),
-                         tmp_path / "out")  # fmt: skip
+        source = built.source(log(str(tmp_path / "log"), rows_per_batch=200), watermark=STRATEGY)
+        event_time_sinks(source, tmp_path / "out", window_rows=True)
         return built
 
     result = pipeline(2).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
@@ -77,7 +80,8 @@ def test_stream_over_20_micro_batches_with_restart_and_live_rescale(spark, tmp_p
     batches = job.result.batches
     assert len(result.batches) + len(batches) >= 20
     assert {b.parallelism for b in batches} == {1, 3}
-    assert_event_time_output(tmp_path / "out", pd.concat([first, second], ignore_index=True), batches[-1].watermark)
+    everything = pd.concat([first, second], ignore_index=True)
+    assert_event_time_output(tmp_path / "out", everything, batches[-1].watermark, window_rows=True)
 
 
 def test_late_rows_update_within_lateness_and_go_to_the_late_rows_sink(spark, tmp_path: Path) -> None:

@@ -232,15 +232,28 @@ class WindowedStream:
     """A keyed stream cut into event-time windows (see :meth:`KeyedStream.window`)."""
 
     def __init__(self, keyed: KeyedStream, assigner: WindowAssigner, allowed_lateness: int, late_rows: Any) -> None:
-        self._keyed, self._assigner = keyed, assigner
-        self._allowed_lateness, self._late_rows = allowed_lateness, late_rows
+        stream = keyed._stream
+        self._keyed = keyed
+        self._windowing = stream._builder.windowing(
+            stream.node_id, keyed._keying, assigner, allowed_lateness, late_rows
+        )
 
     def aggregate(self, **aggregations: str) -> Stream:
         """Aggregates per key and window, merged incrementally (count, sum, min, max, avg): no
         rows are kept. Output: the keys, ``window_start``, ``window_end``, the aggregates (and
         ``is_update`` with an allowed lateness)."""
         stream = self._keyed._stream
-        node_id = stream._builder.window_aggregate(
-            stream.node_id, self._keyed._keying, self._assigner, aggregations, self._allowed_lateness, self._late_rows
+        node_id = stream._builder.window_aggregate(stream.node_id, self._keyed._keying, self._windowing, aggregations)
+        return stream._then(node_id)
+
+    def process(self, function: Callable[..., Any], schema: pa.Schema | str, name: str | None = None) -> Stream:
+        """Flink's ``ProcessWindowFunction``: ``function(windows) -> table`` over all rows of the
+        windows that fire, vectorised: ``windows`` is a :class:`keyflow.KeyedBatch` whose keys
+        are the key columns with ``window_start`` and ``window_end``, one per window, and whose
+        rows are each window's rows. Rows are kept in state until their window fires (tumbling
+        and sliding windows; late rows within the lateness fire the window again)."""
+        stream = self._keyed._stream
+        node_id = stream._builder.window_process(
+            stream.node_id, self._keyed._keying, self._windowing, function, schema, name
         )
         return stream._then(node_id)

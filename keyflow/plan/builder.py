@@ -241,30 +241,16 @@ class PlanBuilder:
             reinterpreted=keying.reinterpreted,
         )
 
-    def window_aggregate(
-        self,
-        input_id: int,
-        keying: Keying,
-        assigner: object,
-        aggregations: Mapping[str, str],
-        allowed_lateness: int,
-        late_rows: object,
-    ) -> int:
-        """Per-key aggregates per event-time window; the event time is the source's watermark column."""
+    def windowing(
+        self, input_id: int, keying: Keying, assigner: object, allowed_lateness: int, late_rows: object
+    ) -> nodes.Windowing:
+        """Windows for the keyed stream ``input_id``; its event time is its source's watermark column."""
         if not isinstance(assigner, WindowAssigner):
             raise PlanError(
                 f"window({assigner!r}) is not a window; use tumbling('1 min'), sliding(...) or session(...)"
             )
-        if not aggregations or not all(isinstance(e, str) and e.strip() for e in aggregations.values()):
-            raise aggregations_needed(aggregations)
         if late_rows is not None and not isinstance(late_rows, Sink):
             raise PlanError(f"window late_rows={late_rows!r} is not a sink; pass e.g. parquet('out/late')")
-        reserved = set(aggregations) & {*keying.keys, nodes.WINDOW_START, nodes.WINDOW_END, nodes.IS_UPDATE}
-        if reserved:
-            raise PlanError(
-                f"window aggregate output {sorted(reserved)} has the name of a key or of window_start, window_end, "
-                "is_update; rename the aggregate"
-            )
         if keying.reinterpreted:
             raise PlanError("window(...) after reinterpret_as_keyed is not supported yet; use key_by(...)")
         if self.is_changelog(input_id):
@@ -275,11 +261,48 @@ class PlanBuilder:
                 "window(...) needs event time: declare the source's with "
                 "pipeline.source(src, watermark=WatermarkStrategy.for_bounded_out_of_orderness('ts', '5 s'))"
             )
-        name = f"{assigner.kind} window"
+        return nodes.Windowing(assigner, column, allowed_lateness, late_rows)
+
+    def window_aggregate(
+        self, input_id: int, keying: Keying, windowing: nodes.Windowing, aggregations: Mapping[str, str]
+    ) -> int:
+        """Per-key aggregates per event-time window."""
+        if not aggregations or not all(isinstance(e, str) and e.strip() for e in aggregations.values()):
+            raise aggregations_needed(aggregations)
+        reserved = set(aggregations) & {*keying.keys, nodes.WINDOW_START, nodes.WINDOW_END, nodes.IS_UPDATE}
+        if reserved:
+            raise PlanError(
+                f"window aggregate output {sorted(reserved)} has the name of a key or of window_start, window_end, "
+                "is_update; rename the aggregate"
+            )
         return self._add(
-            nodes.WindowAggregateNode, (input_id,), name, None, keys=keying.keys, on_null=keying.on_null,
-            aggregations=dict(aggregations), assigner=assigner, time_column=column,
-            allowed_lateness=allowed_lateness, late_rows=late_rows,
+            nodes.WindowAggregateNode, (input_id,), f"{windowing.assigner.kind} window", None, keys=keying.keys,
+            on_null=keying.on_null, aggregations=dict(aggregations), windowing=windowing,
+        )  # fmt: skip
+
+    def window_process(
+        self,
+        input_id: int,
+        keying: Keying,
+        windowing: nodes.Windowing,
+        function: Callable[..., Any],
+        schema: pa.Schema | str,
+        name: str | None,
+    ) -> int:
+        """A function over all rows of each window, when it fires."""
+        if not callable(function):
+            raise PlanError(f"window process needs a function, got {function!r}")
+        if schema is None:
+            raise PlanError("window process needs the output schema: a pyarrow.Schema or a DDL string")
+        if windowing.assigner.merging:
+            raise PlanError(
+                "process(...) over session windows is not supported yet; use aggregate(...) on session windows, "
+                "or key_by(...).process(fn, on_timer=...) to keep a session's rows yourself"
+            )
+        label = name or str(getattr(function, "__name__", "window process"))
+        return self._add(
+            nodes.WindowProcessNode, (input_id,), label, None, keys=keying.keys, on_null=keying.on_null,
+            function=function, schema=schema, windowing=windowing,
         )  # fmt: skip
 
     def process(

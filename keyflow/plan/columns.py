@@ -31,6 +31,7 @@ from keyflow.plan.nodes import (
     SinkNode,
     SourceNode,
     WindowAggregateNode,
+    WindowProcessNode,
     WithColumnsNode,
 )
 from keyflow.schemas import Type, schema_columns
@@ -53,7 +54,7 @@ def output_columns(nodes: Mapping[int, Node], node_id: int, known: dict[int, Col
 def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) -> Columns:
     if isinstance(node, SourceNode):
         return _source_columns(node.source)
-    if isinstance(node, (MapBatchesNode, ProcessNode)):
+    if isinstance(node, (MapBatchesNode, ProcessNode, WindowProcessNode)):
         return schema_columns(node.schema)
     upstream = output_columns(nodes, node.inputs[0], known) if node.inputs else None
     if upstream is None:

@@ -35,11 +35,11 @@ from keyflow.plan.nodes import (
     ProcessNode,
     SinkNode,
     SourceNode,
-    WindowAggregateNode,
     WithColumnsNode,
     keyed_origin,
     reads_unbounded,
     upstream,
+    windowing_of,
 )
 from keyflow.plan.physical import KeyedOperator, lower_keyed
 from keyflow.plan.state_schema import KeyGroupSource, StateSchema
@@ -122,8 +122,9 @@ class CompiledPlan:
         for uid, node in self.keyed_nodes().items():
             if node.on_null is not None:
                 found[f"{uid}/dead-letters"] = (f"dead letters of {node.name!r}", node.on_null)
-            if isinstance(node, WindowAggregateNode) and node.late_rows is not None:
-                found[f"{uid}/late-rows"] = (f"late rows of {node.name!r}", node.late_rows)
+            windowing = windowing_of(node)
+            if windowing is not None and windowing.late_rows is not None:
+                found[f"{uid}/late-rows"] = (f"late rows of {node.name!r}", windowing.late_rows)
         return found
 
     def with_config(self, values: Mapping[str, Any]) -> CompiledPlan:

@@ -129,27 +129,56 @@ class AggregateNode(KeyedNode):
 WINDOW_START, WINDOW_END, IS_UPDATE = "window_start", "window_end", "is_update"
 
 
-@dataclass(frozen=True, eq=False)
-class WindowAggregateNode(AggregateNode):
-    """Per-key aggregates per event-time window (``assigner``), emitted once the watermark
-    passes the window's end; rows for a window within ``allowed_lateness`` after that update it
-    (the row says ``is_update``), later ones go to ``late_rows`` (or are dropped, counted)."""
+@dataclass(frozen=True)
+class Windowing:
+    """Event-time windows (``assigner``) over the source's watermark column ``time_column``: a
+    window is emitted once the watermark passes its end; rows for it within ``allowed_lateness``
+    after that update it (the row says ``is_update``), later ones go to ``late_rows`` (or are
+    dropped, counted)."""
 
-    assigner: WindowAssigner = field(kw_only=True)
-    time_column: str = field(kw_only=True)
+    assigner: WindowAssigner
+    time_column: str
     allowed_lateness: int = 0
     late_rows: Sink | None = None
-    kind: ClassVar[str] = "window_aggregate"
-
-    def output_names(self) -> tuple[str, ...]:
-        updates = (IS_UPDATE,) if self.allowed_lateness else ()
-        return (*self.keys, WINDOW_START, WINDOW_END, *self.aggregations, *updates)
 
     def describe(self) -> dict[str, Any]:
-        described = {**super().describe(), "window": self.assigner.describe(), "event_time": self.time_column}
+        described: dict[str, Any] = {"window": self.assigner.describe(), "event_time": self.time_column}
         if self.allowed_lateness:
             described["allowed_lateness_us"] = self.allowed_lateness
         return described
+
+
+@dataclass(frozen=True, eq=False)
+class WindowAggregateNode(AggregateNode):
+    """Per-key aggregates per event-time window, merged incrementally."""
+
+    windowing: Windowing = field(kw_only=True)
+    kind: ClassVar[str] = "window_aggregate"
+
+    def output_names(self) -> tuple[str, ...]:
+        updates = (IS_UPDATE,) if self.windowing.allowed_lateness else ()
+        return (*self.keys, WINDOW_START, WINDOW_END, *self.aggregations, *updates)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), **self.windowing.describe()}
+
+
+@dataclass(frozen=True, eq=False)
+class WindowProcessNode(KeyedNode):
+    """A function over all rows of each event-time window, called when the window fires."""
+
+    function: Callable[..., Any] | None = None
+    schema: pa.Schema | str | None = None
+    windowing: Windowing = field(kw_only=True)
+    kind: ClassVar[str] = "window_process"
+
+    def describe(self) -> dict[str, Any]:
+        return {"keys": list(self.keys), "function": function_name(self.function), **self.windowing.describe()}
+
+
+def windowing_of(node: Node) -> Windowing | None:
+    """The windows of a window operator, else None."""
+    return node.windowing if isinstance(node, (WindowAggregateNode, WindowProcessNode)) else None
 
 
 @dataclass(frozen=True, eq=False)

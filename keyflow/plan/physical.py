@@ -15,7 +15,14 @@ from typing import ClassVar
 
 from keyflow.plan.aggregates import AggregateCall, mergeable, parse_aggregations, retractable
 from keyflow.plan.event_time import timer_state
-from keyflow.plan.nodes import AggregateNode, KeyedNode, NormalizeNode, ProcessNode, WindowAggregateNode
+from keyflow.plan.nodes import (
+    AggregateNode,
+    KeyedNode,
+    NormalizeNode,
+    ProcessNode,
+    WindowAggregateNode,
+    WindowProcessNode,
+)
 from keyflow.plan.state_schema import KeyGroupSource, StateLayout, StateSchema
 
 
@@ -111,7 +118,7 @@ class WindowAggregate(Aggregate):
     layout: ClassVar[StateLayout] = StateLayout.WINDOWS
 
     def contents(self) -> tuple[tuple[str, str], ...]:
-        return (*super().contents(), ("window", json.dumps(self.node.assigner.describe(), sort_keys=True)))
+        return (*super().contents(), ("window", json.dumps(self.node.windowing.assigner.describe(), sort_keys=True)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,6 +129,18 @@ class SessionWindowAggregate(WindowAggregate):
     layout: ClassVar[StateLayout] = StateLayout.SESSIONS
 
 
+@dataclass(frozen=True, eq=False)
+class WindowProcess(KeyedOperator):
+    """Tumbling or sliding windows of rows: each (key, window) keeps its rows in state until
+    the window fires, then the function runs over all of them."""
+
+    node: WindowProcessNode
+    layout: ClassVar[StateLayout] = StateLayout.WINDOWS
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        return (("rows", "all input columns"), ("window", json.dumps(self.node.windowing.assigner.describe())))
+
+
 IN_WORKER = "after reinterpret_as_keyed (it runs in the worker; use key_by for others)"
 
 
@@ -130,13 +149,15 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
     streaming run), else one batch run. Raises a PlanError naming what cannot run."""
     if isinstance(node, NormalizeNode):
         return ChangelogNormalize(node)
+    if isinstance(node, WindowProcessNode):
+        return WindowProcess(node)
     if isinstance(node, ProcessNode):
         return KeyedProcess(node) if node.on_timer is None else TimedProcess(node)
     if not isinstance(node, AggregateNode):
         raise AssertionError(f"no physical kind for {node.kind} {node.name!r}")
     calls = parse_aggregations(node.aggregations)
     if isinstance(node, WindowAggregateNode):
-        kind = SessionWindowAggregate if node.assigner.merging else WindowAggregate
+        kind = SessionWindowAggregate if node.windowing.assigner.merging else WindowAggregate
         return kind(node, mergeable(node.name, calls))
     if node.changelog:
         return RetractingAggregate(node, retractable(node.name, calls, "over a changelog"))

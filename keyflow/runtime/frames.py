@@ -219,9 +219,9 @@ class FrameBuilder:
     def _rejected(self, node: nodes.KeyedNode, rows: DataFrame | None) -> Observation | None:
         """Late rows of a window: to its ``late_rows`` sink, or (None given) counted."""
         if rows is not None:
-            assert isinstance(node, nodes.WindowAggregateNode)
-            assert node.late_rows is not None
-            self._dead_letters.append(DeadLetters(node, "late-rows", node.late_rows, rows))
+            windowing = nodes.windowing_of(node)
+            assert windowing is not None
+            self._dead_letters.append(DeadLetters(node, "late-rows", windowing.late_rows, rows))
             return None
         observation = Observation()
         self.late_counts.append((node.name, observation))

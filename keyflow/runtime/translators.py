@@ -27,7 +27,7 @@ from keyflow.plan.columns import missing_order_by_message
 from keyflow.plan.descriptors import StateDescriptor, ValueState, with_ttl_columns
 from keyflow.plan.event_time import timer_state
 from keyflow.plan.graph import Operator
-from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START, KeyedNode, WindowAggregateNode
+from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START, KeyedNode, Windowing
 from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
 from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
@@ -42,7 +42,7 @@ from keyflow.runtime.operators import (
     session_timezone,
 )
 from keyflow.runtime.window_assign import EVENT_MICROS, split_late, with_windows
-from keyflow.runtime.windows import END_MICROS, START_MICROS, SessionMerge, WindowMerge
+from keyflow.runtime.windows import END_MICROS, ROW_PREFIX, START_MICROS, SessionMerge, WindowMerge, WindowRows
 from keyflow.runtime.workers import BOUNDED, KeyedRunner, KeyedTask, TimedUserProcess, UserProcess
 from keyflow.state.durable import CheckpointedState, MemoryState
 from keyflow.state.timers import TIMESTAMP, TaskTime
@@ -223,15 +223,14 @@ def _partials(
 def _window_aggregate(operator: physical.WindowAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
     """Tumbling and sliding windows: Spark assigns each row its window(s) and aggregates the
     micro-batch per key and window; state merges the partials and fires on the watermark."""
-    node = operator.node
-    assigned = _assigned(operator, frame, context)
+    node, windowing = operator.node, operator.node.windowing
     keys = (*node.keys, WINDOW_START, WINDOW_END)
-    windowed = with_windows(node, assigned, context.time.watermark_before)
+    windowed = with_windows(windowing, _assigned(node, windowing, frame, context), context.time.watermark_before)
     partial, types, values = _partials(operator.calls, windowed.groupBy(*keys))
     state = WindowMerge.state({column: types.field(column).type for column in _partial_expressions(operator.calls)})
-    function = WindowMerge(operator.calls, node.allowed_lateness, bool(node.allowed_lateness))
+    function = WindowMerge(operator.calls, windowing.allowed_lateness, bool(windowing.allowed_lateness))
     exchanged = context.exchange(partial, keep_key_group=True)
-    output = pa.schema([*[types.field(key) for key in keys], *values, *_updates(node)])
+    output = pa.schema([*[types.field(key) for key in keys], *values, *_updates(windowing)])
     return context.run(exchanged, function, output, state, (), unique_keys=True, keys=keys)
 
 
@@ -240,42 +239,57 @@ def _session_window_aggregate(
 ) -> DataFrame:
     """Session windows: Spark's ``session_window`` sessions of the micro-batch per key (with
     their partials) merge in the worker with the key's open sessions."""
-    node = operator.node
-    assigned = _assigned(operator, frame, context)
-    session = F.session_window(F.col(node.time_column).cast("timestamp"), f"{node.assigner.gap} microseconds")
-    bounds = (
-        F.min(EVENT_MICROS).alias(START_MICROS),
-        (F.max(EVENT_MICROS) + F.lit(node.assigner.gap)).alias(END_MICROS),
-    )
-    partial, types, values = _partials(
-        operator.calls, assigned.groupBy(*node.keys, session.alias("__session")), *bounds
-    )
+    node, windowing = operator.node, operator.node.windowing
+    assigned = _assigned(node, windowing, frame, context)
+    gap = windowing.assigner.gap
+    session = F.session_window(F.col(windowing.time_column).cast("timestamp"), f"{gap} microseconds")
+    bounds = (F.min(EVENT_MICROS).alias(START_MICROS), (F.max(EVENT_MICROS) + F.lit(gap)).alias(END_MICROS))
+    grouped = assigned.groupBy(*node.keys, session.alias("__session"))
+    partial, types, values = _partials(operator.calls, grouped, *bounds)
     partial = partial.drop("__session")
     state = SessionMerge.state({column: types.field(column).type for column in _partial_expressions(operator.calls)})
-    function = SessionMerge(operator.calls, node.keys, node.allowed_lateness, bool(node.allowed_lateness))
+    function = SessionMerge(operator.calls, node.keys, windowing.allowed_lateness, bool(windowing.allowed_lateness))
     exchanged = context.exchange(partial, keep_key_group=True)
     window = [pa.field(WINDOW_START, TIMESTAMP), pa.field(WINDOW_END, TIMESTAMP)]
-    output = pa.schema([*[types.field(key) for key in node.keys], *window, *values, *_updates(node)])
+    output = pa.schema([*[types.field(key) for key in node.keys], *window, *values, *_updates(windowing)])
     return context.run(exchanged, function, output, state, ())
 
 
-def _assigned(operator: physical.WindowAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
+def _window_process(operator: physical.WindowProcess, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """All rows of each window kept as a list in its state slot until it fires; then the
+    user's function over every fired window at once."""
+    node, windowing = operator.node, operator.node.windowing
+    assigned = _assigned(node, windowing, frame, context)
+    windowed = with_windows(windowing, assigned, context.time.watermark_before)
+    row_columns = [c for c in frame.columns if c != KEY_GROUP_COLUMN]
+    keys = (*node.keys, WINDOW_START, WINDOW_END)
+    rows = windowed.select(*keys, *[F.col(c).alias(f"{ROW_PREFIX}{c}") for c in row_columns],
+                           *([F.col(KEY_GROUP_COLUMN)] if KEY_GROUP_COLUMN in windowed.columns else []))  # fmt: skip
+    types = to_arrow_schema(rows.schema, timezone=session_timezone(frame))
+    row_type = pa.struct([types.field(f"{ROW_PREFIX}{c}").with_name(c) for c in row_columns])
+    assert node.function is not None  # the builder requires one
+    function = WindowRows(node.function, context.label, row_columns, windowing.allowed_lateness)
+    schema = arrow_schema(node.schema, node, session_timezone(frame))
+    exchanged = context.exchange(rows, keep_key_group=True)
+    return context.run(exchanged, function, schema, WindowRows.state(row_type), (), keys=keys)
+
+
+def _assigned(node: KeyedNode, windowing: Windowing, frame: DataFrame, context: KeyedContext) -> DataFrame:
     """The rows that have a window; the others (late, no event time) to the dead letters or counted."""
-    node = operator.node
-    if node.time_column not in frame.columns:
+    if windowing.time_column not in frame.columns:
         raise PlanError(
-            f"operator {node.name!r}: the event-time column {node.time_column!r} (the source's watermark column) "
-            f"is not among its input's columns {frame.columns}; keep it in the operators before the window"
+            f"operator {node.name!r}: the event-time column {windowing.time_column!r} (the source's watermark "
+            f"column) is not among its input's columns {frame.columns}; keep it in the operators before the window"
         )
-    count = context.reject(None) if node.late_rows is None else None
-    assigned = split_late(node, frame, context.time.watermark_before, count)
-    if node.late_rows is not None:
+    count = context.reject(None) if windowing.late_rows is None else None
+    assigned = split_late(windowing, frame, context.time.watermark_before, count)
+    if windowing.late_rows is not None:
         context.reject(assigned.rejected)
     return assigned.rows
 
 
-def _updates(node: WindowAggregateNode) -> list[pa.Field]:
-    return [pa.field(IS_UPDATE, pa.bool_())] if node.allowed_lateness else []
+def _updates(windowing: Windowing) -> list[pa.Field]:
+    return [pa.field(IS_UPDATE, pa.bool_())] if windowing.allowed_lateness else []
 
 
 def _in_worker(operator: physical.InWorkerAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
@@ -358,6 +372,7 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.MergedPartialsAggregate: _merged_partials,
     physical.WindowAggregate: _window_aggregate,
     physical.SessionWindowAggregate: _session_window_aggregate,
+    physical.WindowProcess: _window_process,
     physical.InWorkerAggregate: _in_worker,
     physical.RetractingAggregate: _retracting,
     physical.InWorkerDistinctAggregate: _in_worker_distinct,

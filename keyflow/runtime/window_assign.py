@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from keyflow.plan.event_time import NO_WATERMARK, WindowAssigner, iso_micros
-from keyflow.plan.nodes import WINDOW_END, WINDOW_START, WindowAggregateNode
+from keyflow.plan.nodes import WINDOW_END, WINDOW_START, Windowing
 
 EVENT_MICROS = "__event_us"
 REJECTED = "__rejected"
@@ -29,17 +29,15 @@ class Assigned:
     rejected: DataFrame
 
 
-def event_micros(node: WindowAggregateNode) -> Column:
-    return F.unix_micros(F.col(node.time_column).cast("timestamp"))
+def event_micros(windowing: Windowing) -> Column:
+    return F.unix_micros(F.col(windowing.time_column).cast("timestamp"))
 
 
-def split_late(
-    node: WindowAggregateNode, frame: DataFrame, watermark_before: int, count: Observation | None
-) -> Assigned:
+def split_late(windowing: Windowing, frame: DataFrame, watermark_before: int, count: Observation | None) -> Assigned:
     """Rows with an event time whose last window is still open (or within the lateness), and
     the others with their reason; ``count`` observes how many were rejected."""
-    rows = frame.withColumn(EVENT_MICROS, event_micros(node))
-    assigner, lateness = node.assigner, node.allowed_lateness
+    rows = frame.withColumn(EVENT_MICROS, event_micros(windowing))
+    assigner, lateness = windowing.assigner, windowing.allowed_lateness
     if assigner.merging:  # a row alone makes the session [ts, ts + gap)
         last_end = F.col(EVENT_MICROS) + F.lit(assigner.gap)
     else:
@@ -50,7 +48,7 @@ def split_late(
     if count is not None:
         flagged = flagged.observe(count, F.sum(F.col(REJECTED).cast("long")).alias("rows"))
     watermark = iso_micros(watermark_before)
-    reason = F.when(null, F.lit(f"event time {node.time_column!r} is null")).otherwise(
+    reason = F.when(null, F.lit(f"event time {windowing.time_column!r} is null")).otherwise(
         F.format_string(
             f"late: its last window ends at %s, which plus the allowed lateness ({lateness} us) is at or before "
             f"the watermark {watermark}",
@@ -61,10 +59,10 @@ def split_late(
     return Assigned(flagged.filter(~F.col(REJECTED)).drop(REJECTED), rejected)
 
 
-def with_windows(node: WindowAggregateNode, rows: DataFrame, watermark_before: int) -> DataFrame:
+def with_windows(windowing: Windowing, rows: DataFrame, watermark_before: int) -> DataFrame:
     """Tumbling or sliding: one row per (row, window) with ``window_start``/``window_end``
     (microseconds in ``__start_us``); windows past the watermark and lateness are left out."""
-    assigner = node.assigner
+    assigner = windowing.assigner
     last_start = _last_start(assigner)
     count = assigner.size // assigner.slide
     if count == 1:
@@ -73,7 +71,7 @@ def with_windows(node: WindowAggregateNode, rows: DataFrame, watermark_before: i
         windowed = rows.withColumn("__back", F.explode(F.sequence(F.lit(0), F.lit(count - 1))))
         windowed = windowed.withColumn("__start_us", last_start - F.col("__back") * F.lit(assigner.slide))
     if watermark_before != NO_WATERMARK and count > 1:
-        open_ = F.col("__start_us") + F.lit(assigner.size - 1 + node.allowed_lateness) > F.lit(watermark_before)
+        open_ = F.col("__start_us") + F.lit(assigner.size - 1 + windowing.allowed_lateness) > F.lit(watermark_before)
         windowed = windowed.filter(open_)
     return windowed.withColumn(WINDOW_START, F.timestamp_micros(F.col("__start_us"))).withColumn(
         WINDOW_END, F.timestamp_micros(F.col("__start_us") + F.lit(assigner.size))

@@ -10,7 +10,7 @@ column, sessions merge by sorting and a grouped running maximum.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from keyflow.errors import DataError, WorkerError
 from keyflow.plan.aggregates import AggregateCall
 from keyflow.plan.descriptors import ListState, StateDescriptor, ValueState
 from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START
@@ -29,6 +30,7 @@ from keyflow.state.memory import KeyedStateStore
 from keyflow.state.timers import TIMESTAMP, TaskTime
 
 FIRE_AT, CLEANUP_AT, EMITTED = "__fire_at", "__cleanup_at", "__emitted"
+ROWS, ROW_PREFIX = "__rows", "__row_"  # a window's rows; the row columns as they reach the worker
 STARTS, ENDS, DIRTY = "__starts", "__ends", "__dirty"
 START_MICROS, END_MICROS = "__start_us", "__end_us"  # a micro-batch's sessions, from Spark
 MERGE_RULES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
@@ -72,6 +74,57 @@ class WindowMerge(KeyedFunction):
             store.columns[EMITTED].set(due, pa.array(np.ones(len(due), dtype=bool)))
             store.touch(due)
             yield rows
+        _drop(store, store.columns[CLEANUP_AT].at_most(time.watermark, len(store)))
+
+
+class WindowRows(KeyedFunction):
+    """Tumbling and sliding windows of rows (Flink's ``ProcessWindowFunction``): one slot per
+    (key, window) holding its rows as a list, when it fires and when it is dropped; when
+    windows fire, the user's function runs once over all of them (a :class:`KeyedBatch` whose
+    keys are the key columns with ``window_start`` and ``window_end``)."""
+
+    timed = True
+
+    def __init__(self, function: Callable[..., Any], operator: str, columns: list[str], lateness: int) -> None:
+        self.function, self.operator, self.columns, self.lateness = function, operator, columns, lateness
+        self.subtask = 0
+
+    @staticmethod
+    def state(row_type: pa.StructType) -> dict[str, StateDescriptor]:
+        timing = {FIRE_AT: ValueState(pa.int64()), CLEANUP_AT: ValueState(pa.int64()), EMITTED: ValueState(pa.bool_())}
+        return {ROWS: ListState(row_type), **timing}
+
+    def open(self, subtask: int, key_groups: tuple[int, int]) -> None:
+        self.subtask = subtask
+
+    def process(self, batch: KeyedBatch, state: KeyedState) -> None:
+        data = batch.data
+        rows = pa.StructArray.from_arrays(
+            [data.column(f"{ROW_PREFIX}{c}").combine_chunks() for c in self.columns], names=self.columns
+        )
+        state[ROWS].add(rows, batch.key_index)
+        last = pc.subtract(batch.keys.column(WINDOW_END).cast(TIMESTAMP).cast(pa.int64()), 1)
+        state[FIRE_AT].update(last)
+        state[CLEANUP_AT].update(pc.add(last, self.lateness))
+
+    def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
+        due = store.columns[FIRE_AT].at_most(time.watermark, len(store))
+        if len(due):
+            lists = store.columns[ROWS].get(due)
+            counts = np.asarray(lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+            data = pa.Table.from_struct_array(lists.flatten()) if len(lists) else pa.table({})
+            key_groups = store.key_groups(due)
+            windows = KeyedBatch(
+                data, store.keys(due), np.repeat(np.arange(len(due)), counts), np.cumsum(counts) - counts, counts,
+                key_groups, self.subtask, np.repeat(key_groups, counts),
+            )  # fmt: skip
+            result = self.function(windows)
+            if result is None:
+                raise WorkerError(DataError(f"{self.operator} returned None; return a table (an empty one for none)"))
+            store.columns[FIRE_AT].set(due, pa.nulls(len(due), pa.int64()))
+            store.columns[EMITTED].set(due, pa.array(np.ones(len(due), dtype=bool)))
+            store.touch(due)
+            yield result
         _drop(store, store.columns[CLEANUP_AT].at_most(time.watermark, len(store)))
 
 

@@ -194,6 +194,11 @@ class KeyedStateStore:
         self._touched[slots] = True
         return slots, previous
 
+    def key_groups(self, slots: Slots) -> npt.NDArray[np.int32]:
+        """The key group of each of ``slots``."""
+        key_groups: npt.NDArray[np.int32] = self._key_groups[slots]
+        return key_groups
+
     def touch(self, slots: Slots) -> None:
         """Mark ``slots`` changed (a checkpoint writes them): state set outside :meth:`slots`."""
         self._touched[slots] = True
