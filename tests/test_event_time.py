@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from keyflow import Pipeline, StateTtlConfig, ValueState, WatermarkStrategy, files, log, parquet, tumbling
+from keyflow import Log, Pipeline, StateTtlConfig, ValueState, WatermarkStrategy, files, log, parquet, tumbling
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.inspect import describe_checkpoint
 from tests.event_time import (
@@ -117,7 +117,7 @@ def test_late_rows_update_within_lateness_and_go_to_the_late_rows_sink(spark, tm
     ]
     late = read_output(tmp_path / "late").sort_values("reason").reset_index(drop=True)
     assert late.ts.isna().tolist() == [True, False]
-    assert late.reason[0] == "event time 'ts' is null"
+    assert late.reason[0] == "event time 'ts' is null or not a timestamp"
     assert late.reason[1].startswith("late: its last window ends at 2024-01-01 00:01:00")
     assert late.ts[1] == pd.Timestamp("2024-01-01 00:00:20")  # the row itself, whole (Spark's sinks write UTC)
 
@@ -156,3 +156,26 @@ def test_state_ttl_expires_values_and_compaction_shrinks_the_state(spark, tmp_pa
         before = int((events.user == user).sum())
         assert count in set(out.n[out.user == user])  # counted from 1 again: the old count expired
         assert before + count not in set(out.n[out.user == user])
+
+
+def test_an_idle_split_stops_holding_the_watermark_after_the_idleness_timeout(spark, tmp_path: Path) -> None:
+    Log.create(tmp_path / "log", 2, TIMED)
+    early = timed_events(40, 4, start=0, seed=16, seconds=60)
+    for split in (0, 1):
+        Log(tmp_path / "log").append(pa.Table.from_pandas(early, schema=TIMED, preserve_index=False), split=split)
+
+    def run() -> int:
+        pipeline = Pipeline(config=config(1))
+        source = pipeline.source(log(str(tmp_path / "log")), watermark=STRATEGY.with_idleness("1 s"))
+        source.key_by("user").window(tumbling("1 min")).aggregate(n="count(*)").sink(parquet(tmp_path / "out"))
+        result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+        return result.batches[-1].watermark  # type: ignore[no-any-return]
+
+    newest = int(early.ts.max().value // 1000)
+    assert run() == newest - 30_000_001
+    time.sleep(1.2)  # split 1 gets no rows for longer than the idleness timeout
+    late = timed_events(10, 4, start=600, seed=17, seconds=30)
+    Log(tmp_path / "log").append(pa.Table.from_pandas(late, schema=TIMED, preserve_index=False), split=0)
+    assert run() == int(late.ts.max().value // 1000) - 30_000_001  # no longer held by split 1
+    marks = describe_checkpoint(Checkpoint(str(tmp_path / "ckpt")))["watermarks"]
+    assert [m["watermark"] for m in marks] == [(late.ts.max() - pd.Timedelta(microseconds=30_000_001)).isoformat()]

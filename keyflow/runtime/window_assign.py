@@ -29,14 +29,15 @@ class Assigned:
     rejected: DataFrame
 
 
-def event_micros(windowing: Windowing) -> Column:
-    return F.unix_micros(F.col(windowing.time_column).cast("timestamp"))
+def event_micros(column: str) -> Column:
+    """Event time in microseconds; null where the column is null or does not parse as a timestamp."""
+    return F.unix_micros(F.col(column).try_cast("timestamp"))
 
 
 def split_late(windowing: Windowing, frame: DataFrame, watermark_before: int, count: Observation | None) -> Assigned:
     """Rows with an event time whose last window is still open (or within the lateness), and
     the others with their reason; ``count`` observes how many were rejected."""
-    rows = frame.withColumn(EVENT_MICROS, event_micros(windowing))
+    rows = frame.withColumn(EVENT_MICROS, event_micros(windowing.time_column))
     assigner, lateness = windowing.assigner, windowing.allowed_lateness
     if assigner.merging:  # a row alone makes the session [ts, ts + gap)
         last_end = F.col(EVENT_MICROS) + F.lit(assigner.gap)
@@ -48,7 +49,7 @@ def split_late(windowing: Windowing, frame: DataFrame, watermark_before: int, co
     if count is not None:
         flagged = flagged.observe(count, F.sum(F.col(REJECTED).cast("long")).alias("rows"))
     watermark = iso_micros(watermark_before)
-    reason = F.when(null, F.lit(f"event time {windowing.time_column!r} is null")).otherwise(
+    reason = F.when(null, F.lit(f"event time {windowing.time_column!r} is null or not a timestamp")).otherwise(
         F.format_string(
             f"late: its last window ends at %s, which plus the allowed lateness ({lateness} us) is at or before "
             f"the watermark {watermark}",

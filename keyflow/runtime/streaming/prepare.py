@@ -17,6 +17,7 @@ from keyflow.runtime.errors import guarded
 from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.streaming import restore
 from keyflow.runtime.streaming.commit import StreamState, keyed_state
+from keyflow.runtime.streaming.watermarks import check_event_time_column
 from keyflow.state.plan_file import PlanFile
 
 
@@ -25,6 +26,7 @@ def prepare(stream: StreamState, plan_file: PlanFile, spark: SparkSession, schem
     (a first run) or checked against the checkpoint's (a restore)."""
     plan = stream.plan
     empty = spark.createDataFrame([], schema).drop(SPLIT_COLUMN)
+    check_event_time_column(plan.nodes[stream.source_id], empty.columns)
     builder = FrameBuilder(spark, plan, {stream.source_id: empty}, keyed_state(stream, stream.committed + 1))
     try:
         for sink in plan.sinks:

@@ -18,12 +18,23 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from keyflow.connectors.base import SPLIT_COLUMN, SplitSource
+from keyflow.errors import PlanError
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.event_time import NO_WATERMARK
-from keyflow.plan.nodes import SourceNode
+from keyflow.plan.nodes import Node, SourceNode
+from keyflow.runtime.window_assign import event_micros
 from keyflow.state.manifests import Manifest
 from keyflow.state.timers import TaskTime
 from keyflow.state.watermarks import SourceWatermark
+
+
+def check_event_time_column(source: Node, columns: list[str]) -> None:
+    """At start (a source that does not tell its columns before it runs): the watermark's column is there."""
+    if isinstance(source, SourceNode) and source.watermark is not None and source.watermark.column not in columns:
+        raise PlanError(
+            f"source {source.name!r}: the watermark's event-time column {source.watermark.column!r} is not among its "
+            f"columns {[c for c in columns if c != SPLIT_COLUMN]}; name a timestamp column of the source"
+        )
 
 
 def batch_time(
@@ -42,7 +53,7 @@ def batch_time(
         return TaskTime(NO_WATERMARK, NO_WATERMARK, processing), {}, frame
     uid = plan.uid(source.id)
     before = SourceWatermark.from_dict(manifest.watermarks.get(uid) if manifest else None)
-    event_time = F.unix_micros(F.col(strategy.column).cast("timestamp"))
+    event_time = event_micros(strategy.column)
     if SPLIT_COLUMN in frame.columns:
         rows = frame.groupBy(SPLIT_COLUMN).agg(F.max(event_time).alias("latest")).collect()
         observed = {int(row[0]): int(row[1]) for row in rows if row[1] is not None}
