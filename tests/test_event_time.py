@@ -163,19 +163,20 @@ def test_an_idle_split_stops_holding_the_watermark_after_the_idleness_timeout(sp
     early = timed_events(40, 4, start=0, seed=16, seconds=60)
     for split in (0, 1):
         Log(tmp_path / "log").append(pa.Table.from_pandas(early, schema=TIMED, preserve_index=False), split=split)
-
-    def run() -> int:
-        pipeline = Pipeline(config=config(1))
-        source = pipeline.source(log(str(tmp_path / "log")), watermark=STRATEGY.with_idleness("1 s"))
-        source.key_by("user").window(tumbling("1 min")).aggregate(n="count(*)").sink(parquet(tmp_path / "out"))
-        result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
-        return result.batches[-1].watermark  # type: ignore[no-any-return]
-
-    newest = int(early.ts.max().value // 1000)
-    assert run() == newest - 30_000_001
-    time.sleep(1.2)  # split 1 gets no rows for longer than the idleness timeout
-    late = timed_events(10, 4, start=600, seed=17, seconds=30)
-    Log(tmp_path / "log").append(pa.Table.from_pandas(late, schema=TIMED, preserve_index=False), split=0)
-    assert run() == int(late.ts.max().value // 1000) - 30_000_001  # no longer held by split 1
+    pipeline = Pipeline(config=config(1))
+    source = pipeline.source(log(str(tmp_path / "log")), watermark=STRATEGY.with_idleness("1 s"))
+    source.key_by("user").window(tumbling("1 min")).aggregate(n="count(*)").sink(parquet(tmp_path / "out"))
+    job = pipeline.start(checkpoint=str(tmp_path / "ckpt"))
+    try:
+        job.process_all_available()
+        assert job.last_batch is not None
+        assert job.last_batch.watermark == int(early.ts.max().value // 1000) - 30_000_001
+        time.sleep(1.2)  # split 1 gets no rows for longer than the idleness timeout
+        late = timed_events(10, 4, start=600, seed=17, seconds=30)
+        Log(tmp_path / "log").append(pa.Table.from_pandas(late, schema=TIMED, preserve_index=False), split=0)
+        job.process_all_available()
+        assert job.last_batch.watermark == int(late.ts.max().value // 1000) - 30_000_001  # not held by split 1
+    finally:
+        job.stop()
     marks = describe_checkpoint(Checkpoint(str(tmp_path / "ckpt")))["watermarks"]
     assert [m["watermark"] for m in marks] == [(late.ts.max() - pd.Timedelta(microseconds=30_000_001)).isoformat()]

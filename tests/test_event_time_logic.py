@@ -28,6 +28,7 @@ from keyflow.errors import PlanError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan.aggregates import parse_aggregations
 from keyflow.plan.descriptors import with_ttl_columns
+from keyflow.plan.durations import duration
 from keyflow.plan.event_time import END_OF_INPUT, EVENT_TIME, NO_WATERMARK, PROCESSING_TIME, timer_state
 from keyflow.runtime.windows import END_MICROS, START_MICROS, SessionMerge, WindowMerge, _merge_sessions
 from keyflow.runtime.workers import KeyedRunner, KeyedTask
@@ -71,6 +72,15 @@ def test_when_every_split_is_idle_the_watermark_stays_and_it_round_trips_the_man
     assert SourceWatermark.from_dict(None) == SourceWatermark()
 
 
+def test_idleness_starts_over_after_a_restart() -> None:
+    """The time a job was down is not idleness (Flink does not checkpoint its idleness timers)."""
+    idle = STRATEGY.with_idleness("60 s")
+    mark = SourceWatermark().advance(idle, 2, {0: 100_000_000, 1: 100_000_000}, now=0.0)
+    resumed = mark.advance(idle, 2, {0: 3_600_000_000}, now=300.0, restarted=True)
+    assert resumed.watermark == mark.watermark  # split 1 holds it: it may still have rows
+    assert resumed.advance(idle, 2, {0: 3_700_000_000}, now=361.0).watermark == 3_700_000_000 - 10_000_001
+
+
 def test_splits_added_while_running_join_the_minimum() -> None:
     mark = SourceWatermark().advance(STRATEGY, 1, {0: 100_000_000}, now=0.0)
     assert mark.advance(STRATEGY, 2, {0: 120_000_000}, now=1.0).watermark == mark.watermark  # split 1: no rows
@@ -97,6 +107,17 @@ def test_timers_register_delete_and_fire_once_per_key_and_timestamp_in_order() -
     assert store.touched().tolist() == [0, 1]  # the removals are written with the batch
     remaining = store.columns["__event_time_timers"].get(slots).to_pylist()
     assert remaining == [None, None, [200]]
+
+
+def test_timers_fire_in_timestamp_order_across_keys() -> None:
+    store, slots = store_with(["A", "B"])
+    TimerService(store, slots, TaskTime(NO_WATERMARK, 0, 0)).register_event_time_timer(
+        [10, 12, 15], key_index=[0, 0, 1]
+    )
+    fired = []
+    while len((due := pop_due(store, EVENT_TIME, 100))[0]):
+        fired += list(zip(store.keys(due[0]).column("k").to_pylist(), due[1].tolist(), strict=True))
+    assert fired == [("A", 10), ("A", 12), ("B", 15)]
 
 
 def test_timers_of_one_key_fire_in_timestamp_order_across_rounds() -> None:
@@ -148,7 +169,7 @@ def test_an_expired_value_is_never_returned_and_a_write_restarts_its_time() -> N
     view(ListStateView, store, "l", slots, 0).add(["x", "y"], np.array([0, 0]))
     assert view(ListStateView, store, "l", slots, 11).get().to_pylist() == [None, None]
     view(ListStateView, store, "l", slots, 11).add(["z"], np.array([0]))  # expired: starts a new list
-    assert view(ListStateView, store, "l", slots, 12).get().to_pylist() == [["z"], []]
+    assert view(ListStateView, store, "l", slots, 12).get().to_pylist() == [["z"], None]  # b got nothing
 
 
 def test_on_read_and_write_a_read_restarts_the_time() -> None:
@@ -215,17 +236,40 @@ def run_keyed(function, keys: tuple[str, ...], schema: pa.Schema, state, batches
 
 def test_a_session_spanning_two_batches_of_one_run_merges_and_fires_once_at_its_end() -> None:
     calls = parse_aggregations({"n": "count(*)"})
-    rows = [pa.table({"k": ["a", "a"], START_MICROS: pa.array([0, 100], pa.int64()),
-                      END_MICROS: pa.array([50, 150], pa.int64()), "__n": pa.array([1, 1], pa.int64())}),
-            pa.table({"k": ["a"], START_MICROS: pa.array([40], pa.int64()), END_MICROS: pa.array([100], pa.int64()),
-                      "__n": pa.array([1], pa.int64())})]  # fmt: skip
+    rows = [session_rows([0, 100], [50, 150]), session_rows([40], [100])]
     schema = pa.schema([("k", pa.string()), ("window_start", pa.timestamp("us", tz="UTC")),
                         ("window_end", pa.timestamp("us", tz="UTC")), ("n", pa.int64())])  # fmt: skip
     state = SessionMerge.state({"__n": pa.int64()})
-    got = run_keyed(SessionMerge(calls, ("k",), 0, False), ("k",), schema, state, rows, TaskTime(NO_WATERMARK, 149, 0))
+    merge = SessionMerge(calls, 0, NO_WATERMARK, None)
+    got = run_keyed(merge, ("k",), schema, state, rows, TaskTime(NO_WATERMARK, 149, 0))
     assert [(r["n"], r["window_end"].timestamp() * 1e6) for r in got] == [(3, 150.0)]  # [0,50)+[40,100)+[100,150)
-    got = run_keyed(SessionMerge(calls, ("k",), 0, False), ("k",), schema, state, rows, TaskTime(NO_WATERMARK, 148, 0))
+    got = run_keyed(
+        SessionMerge(calls, 0, NO_WATERMARK, None), ("k",), schema, state, rows, TaskTime(NO_WATERMARK, 148, 0)
+    )
     assert got == []  # end - 1 = 149 > watermark
+
+
+def session_rows(starts: list[int], ends: list[int]) -> pa.Table:
+    count = pa.array([1] * len(starts), pa.int64())
+    return pa.table({"k": ["a"] * len(starts), START_MICROS: pa.array(starts, pa.int64()),
+                     END_MICROS: pa.array(ends, pa.int64()), "__n": count, "__row_count": count})  # fmt: skip
+
+
+def test_a_session_row_is_late_only_if_its_merged_session_is() -> None:
+    """Flink merges first, then asks whether the merged window is late: a row bridging into an
+    open session counts; a session of its own, past the watermark, is dropped."""
+    calls = parse_aggregations({"n": "count(*)"})
+    schema = pa.schema([("k", pa.string()), ("window_start", pa.timestamp("us", tz="UTC")),
+                        ("window_end", pa.timestamp("us", tz="UTC")), ("n", pa.int64())])  # fmt: skip
+    state = SessionMerge.state({"__n": pa.int64()})
+    open_session = session_rows([0], [380])
+    late = [session_rows([20], [120]), session_rows([500], [600])]  # [20,120) merges; alone it would be late
+    got = run_keyed(
+        SessionMerge(calls, 0, 150, None), ("k",), schema, state, [open_session, *late], TaskTime(150, 1000, 0)
+    )
+    assert sorted((r["n"], int(r["window_end"].timestamp() * 1e6)) for r in got) == [(1, 600), (2, 380)]
+    dropped = run_keyed(SessionMerge(calls, 0, 150, None), ("k",), schema, state, [late[0]], TaskTime(150, 1000, 0))
+    assert dropped == []  # alone, [20, 120) ends before the watermark 150: late
 
 
 def test_windows_fire_when_the_watermark_reaches_their_end_minus_one() -> None:
@@ -278,13 +322,28 @@ def test_window_and_timer_mistakes_are_plan_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "micros"),
+    [("250 ms", 250_000), ("2.3 ms", 2_300), ("10 us", 10), ("1.001 s", 1_001_000), ("2 mins", 120_000_000),
+     ("1 h", 3_600_000_000), ("1d", 86_400_000_000), (timedelta(milliseconds=5), 5_000), (0, 0)],
+)  # fmt: skip
+def test_durations_in_flink_units(text: object, micros: int) -> None:
+    assert duration(text, "d") == micros
+
+
+def test_window_offsets_may_be_negative_as_in_flink() -> None:
+    assert tumbling("1 d", offset="-8 h").offset == -8 * 3_600_000_000
+    assert sliding("10 min", "3 min").slide == 180_000_000  # a size need not be a multiple of the slide
+
+
+@pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: sliding("10 min", "3 min"), "not a multiple of its slide"),
+        (lambda: tumbling("1 min", offset="-2 min"), "offset '-2 min' must be shorter than the window's size"),
         (lambda: sliding("1 min", "2 min"), "slide '2 min' is longer than its size"),
         (lambda: tumbling("0 s"), "tumbling window size='0 s' must be positive"),
         (lambda: tumbling("1 fortnight"), "is not a duration"),
-        (lambda: tumbling("1 min", offset="2 min"), "offset '2 min' must be shorter"),
+        (lambda: sliding("10 min", "1 min", offset="2 min"), "offset '2 min' must be shorter than the window's slide"),
+        (lambda: tumbling("250 mss"), "is not a duration"),
         (lambda: WatermarkStrategy.for_bounded_out_of_orderness("ts", "-1 s"), "is not a duration"),
     ],
 )

@@ -20,8 +20,9 @@ from keyflow.config import Config
 from keyflow.connectors.base import ChangelogSource, KnowsColumns, KnowsTypes, Sink, Source
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
+from keyflow.plan.columns import output_columns
 from keyflow.plan.compile import CompiledPlan, compile_plan
-from keyflow.plan.descriptors import StateDescriptor
+from keyflow.plan.descriptors import StateDescriptor, StateTtlConfig
 from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner
 from keyflow.plan.graph import JobGraph
 from keyflow.plan.uids import check_uid
@@ -42,11 +43,21 @@ def check_event_time(label: str, source: object, strategy: object) -> None:
             f"{list(columns)}; name a timestamp column of the source"
         )
     found = (types or {}).get(strategy.column)
+    if found == "timestamp_ntz":
+        raise PlanError(ntz_message(label, strategy.column))
     if found is not None and not found.startswith("timestamp"):
         raise PlanError(
             f"source {label!r}: the watermark's event-time column {strategy.column!r} is {found}, not a timestamp; "
             f"convert it before writing the source, or declare it as a timestamp column"
         )
+
+
+def ntz_message(label: str, column: str) -> str:
+    return (
+        f"source {label!r}: the watermark's event-time column {column!r} is a timestamp without time zone "
+        "(timestamp_ntz), whose instant depends on the session's time zone; store it as a timestamp with time "
+        "zone (UTC), e.g. write it with pyarrow's timestamp('us', tz='UTC')"
+    )
 
 
 def check_parallelism(value: int | None, what: str) -> int | None:
@@ -261,6 +272,12 @@ class PlanBuilder:
                 "window(...) needs event time: declare the source's with "
                 "pipeline.source(src, watermark=WatermarkStrategy.for_bounded_out_of_orderness('ts', '5 s'))"
             )
+        available = output_columns(self._nodes, input_id, {})
+        if available is not None and column not in available:
+            raise PlanError(
+                f"window(...): the event-time column {column!r} (the source's watermark column) is not among the "
+                f"columns reaching the window {list(available)}; keep it in the operators before the window"
+            )
         return nodes.Windowing(assigner, column, allowed_lateness, late_rows)
 
     def window_aggregate(
@@ -338,6 +355,11 @@ class PlanBuilder:
                 )
             if not hasattr(descriptor, "arrow_type"):
                 raise PlanError(f"state {state_name!r} is {descriptor!r}; declare ValueState, ListState or MapState")
+            if descriptor.ttl is not None and not isinstance(descriptor.ttl, StateTtlConfig):
+                raise PlanError(
+                    f"state {state_name!r} ttl={descriptor.ttl!r} is not a StateTtlConfig; pass e.g. "
+                    "ttl=StateTtlConfig('1 h')"
+                )
             descriptor.arrow_type  # validates the type now, at plan time  # noqa: B018
         label = name or str(getattr(function, "__name__", "process"))
         return self._sized(

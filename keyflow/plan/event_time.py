@@ -85,7 +85,7 @@ class WindowAssigner:
 def tumbling(size: Any, offset: Any = 0) -> WindowAssigner:
     """Flink's ``TumblingEventTimeWindows.of(size, offset)``: back-to-back windows of ``size``."""
     length = duration(size, "tumbling window size", zero=False)
-    return WindowAssigner("tumbling", length, length, _offset(offset, length))
+    return WindowAssigner("tumbling", length, length, _offset(offset, length, "size"))
 
 
 def sliding(size: Any, slide: Any, offset: Any = 0) -> WindowAssigner:
@@ -94,12 +94,7 @@ def sliding(size: Any, slide: Any, offset: Any = 0) -> WindowAssigner:
     step = duration(slide, "sliding window slide", zero=False)
     if step > length:
         raise PlanError(f"sliding window slide {slide!r} is longer than its size {size!r}; rows would be skipped")
-    if length % step:
-        raise PlanError(
-            f"sliding window size {size!r} is not a multiple of its slide {slide!r}; choose sizes whose windows "
-            "each row falls into the same number of (Spark's window() requires it too)"
-        )
-    return WindowAssigner("sliding", length, step, _offset(offset, step))
+    return WindowAssigner("sliding", length, step, _offset(offset, step, "slide"))
 
 
 def session(gap: Any) -> WindowAssigner:
@@ -108,11 +103,13 @@ def session(gap: Any) -> WindowAssigner:
     return WindowAssigner("session", duration(gap, "session gap", zero=False))
 
 
-def _offset(offset: Any, period: int) -> int:
-    micros = duration(offset, "window offset")
+def _offset(offset: Any, period: int, what: str) -> int:
+    """Flink's window offset (``|offset| < slide``; e.g. ``'-8 h'`` for days in UTC+8)."""
+    negative = isinstance(offset, str) and offset.strip().startswith("-")
+    micros = duration(offset.strip()[1:] if negative else offset, "window offset")
     if micros >= period:
-        raise PlanError(f"window offset {offset!r} must be shorter than the window's slide")
-    return micros
+        raise PlanError(f"window offset {offset!r} must be shorter than the window's {what}")
+    return -micros if negative else micros
 
 
 EVENT_TIME, PROCESSING_TIME = "event_time", "processing_time"

@@ -21,6 +21,7 @@ from keyflow.plan.nodes import (
     NormalizeNode,
     ProcessNode,
     WindowAggregateNode,
+    Windowing,
     WindowProcessNode,
 )
 from keyflow.plan.state_schema import KeyGroupSource, StateLayout, StateSchema
@@ -118,7 +119,7 @@ class WindowAggregate(Aggregate):
     layout: ClassVar[StateLayout] = StateLayout.WINDOWS
 
     def contents(self) -> tuple[tuple[str, str], ...]:
-        return (*super().contents(), ("window", json.dumps(self.node.windowing.assigner.describe(), sort_keys=True)))
+        return (*super().contents(), window_contents(self.node.windowing))
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,7 +139,12 @@ class WindowProcess(KeyedOperator):
     layout: ClassVar[StateLayout] = StateLayout.WINDOWS
 
     def contents(self) -> tuple[tuple[str, str], ...]:
-        return (("rows", "all input columns"), ("window", json.dumps(self.node.windowing.assigner.describe())))
+        return (("rows", "the input's rows"), window_contents(self.node.windowing))
+
+
+def window_contents(windowing: Windowing) -> tuple[str, str]:
+    """The windows a window operator's state is cut by (a restore with other windows is refused)."""
+    return "window", json.dumps(windowing.assigner.describe(), sort_keys=True)
 
 
 IN_WORKER = "after reinterpret_as_keyed (it runs in the worker; use key_by for others)"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from pyspark import Broadcast
+from pyspark import Accumulator, Broadcast
 from pyspark.sql import DataFrame, Observation, SparkSession
 
 from keyflow.config import NULL_KEYS, PIPELINE_NAME, PRE_KEYED_VERIFY
@@ -87,7 +87,7 @@ class FrameBuilder:
         self._frames: dict[int, DataFrame] = {}
         self._keyed_inputs: dict[int, DataFrame] = {}  # for null-key counts and key types
         self._dead_letters: list[DeadLetters] = []
-        self.late_counts: list[tuple[str, Observation]] = []  # late rows dropped (no sink), per operator
+        self.late_counts: list[tuple[str, Callable[[], int]]] = []  # late rows dropped, per operator
         self._persisted: list[DataFrame] = []
         self._broadcasts: list[Broadcast[pa.Table]] = []
 
@@ -132,8 +132,7 @@ class FrameBuilder:
             else:
                 frame = apply_stateless(node, upstream)
         if self._consumers.get(node_id, 0) > 1:
-            frame = frame.persist()
-            self._persisted.append(frame)
+            frame = self._persist(frame)
         self._frames[node_id] = frame
         self.parallelism[node_id] = self._decided.get(node_id, parallelism)
         return frame
@@ -163,6 +162,8 @@ class FrameBuilder:
             report_keys=pre_keyed and checks != "off" and state is not None,
             time=self.time,
             rejected=self._rejected,
+            persist=self._persist,
+            late_accumulator=self._late_accumulator,
         )
         if node.reinterpreted:
             context.ranges = self._ranges.get(nodes.keyed_origin(self.plan.nodes, node.inputs[0]).id)
@@ -216,6 +217,11 @@ class FrameBuilder:
         assert isinstance(node, nodes.KeyedNode)
         return {key: upstream.schema[key].dataType.simpleString() for key in node.keys}
 
+    def _persist(self, frame: DataFrame) -> DataFrame:
+        persisted = frame.persist()
+        self._persisted.append(persisted)
+        return persisted
+
     def _rejected(self, node: nodes.KeyedNode, rows: DataFrame | None) -> Observation | None:
         """Late rows of a window: to its ``late_rows`` sink, or (None given) counted."""
         if rows is not None:
@@ -224,8 +230,17 @@ class FrameBuilder:
             self._dead_letters.append(DeadLetters(node, "late-rows", windowing.late_rows, rows))
             return None
         observation = Observation()
-        self.late_counts.append((node.name, observation))
+        self.late_counts.append((self._label(node), lambda: observed(observation)))
         return observation
+
+    def _late_accumulator(self, node: nodes.KeyedNode) -> Accumulator[int]:
+        """A count of late rows the workers drop (a session found late once merged)."""
+        dropped = self.spark.sparkContext.accumulator(0)
+        self.late_counts.append((self._label(node), lambda: int(dropped.value)))
+        return dropped
+
+    def _label(self, node: nodes.Node) -> str:
+        return f"{node.name} ({self.plan.uid(node.id)})"
 
     def take_dead_letters(self) -> list[DeadLetters]:
         """Rows with null keys or late, per operator with a sink for them, not yet written."""
@@ -258,6 +273,14 @@ class FrameBuilder:
 
 
 ARROW_BATCH_ROWS = 100_000
+
+
+def observed(observation: Observation) -> int:
+    """The rows an observation counted (0 where Spark's optimizer pruned the observed node)."""
+    try:
+        return int(observation.get.get("rows") or 0)
+    except Exception:  # Spark's adaptive execution may prune the observed node of an empty stage
+        return 0
 
 
 def session_for(plan: CompiledPlan) -> SparkSession:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark import Broadcast
+from pyspark import Accumulator, Broadcast
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, GroupedData, Observation
 from pyspark.sql import functions as F
@@ -42,7 +42,15 @@ from keyflow.runtime.operators import (
     session_timezone,
 )
 from keyflow.runtime.window_assign import EVENT_MICROS, split_late, with_windows
-from keyflow.runtime.windows import END_MICROS, ROW_PREFIX, START_MICROS, SessionMerge, WindowMerge, WindowRows
+from keyflow.runtime.windows import (
+    END_MICROS,
+    ROW_COUNT,
+    ROW_PREFIX,
+    START_MICROS,
+    SessionMerge,
+    WindowMerge,
+    WindowRows,
+)
 from keyflow.runtime.workers import BOUNDED, KeyedRunner, KeyedTask, TimedUserProcess, UserProcess
 from keyflow.state.durable import CheckpointedState, MemoryState
 from keyflow.state.timers import TIMESTAMP, TaskTime
@@ -75,6 +83,8 @@ class KeyedContext:
     side: Broadcast[pa.Table] | None = None
     time: TaskTime = BOUNDED
     rejected: Callable[[KeyedNode, DataFrame | None], Observation | None] | None = None
+    persist: Callable[[DataFrame], DataFrame] | None = None  # a frame read twice, computed once
+    late_accumulator: Callable[[KeyedNode], Accumulator[int]] | None = None
 
     def reject(self, rows: DataFrame | None) -> Observation | None:
         """Hand rows without a place (late ones) to the dead letters; None: they are dropped,
@@ -242,13 +252,19 @@ def _session_window_aggregate(
     node, windowing = operator.node, operator.node.windowing
     assigned = _assigned(node, windowing, frame, context)
     gap = windowing.assigner.gap
-    session = F.session_window(F.col(windowing.time_column).cast("timestamp"), f"{gap} microseconds")
-    bounds = (F.min(EVENT_MICROS).alias(START_MICROS), (F.max(EVENT_MICROS) + F.lit(gap)).alias(END_MICROS))
+    session = F.session_window(F.timestamp_micros(F.col(EVENT_MICROS)), f"{gap} microseconds")
+    bounds = (
+        F.min(EVENT_MICROS).alias(START_MICROS),
+        (F.max(EVENT_MICROS) + F.lit(gap)).alias(END_MICROS),
+        F.count(F.lit(1)).alias(ROW_COUNT),
+    )
     grouped = assigned.groupBy(*node.keys, session.alias("__session"))
     partial, types, values = _partials(operator.calls, grouped, *bounds)
     partial = partial.drop("__session")
     state = SessionMerge.state({column: types.field(column).type for column in _partial_expressions(operator.calls)})
-    function = SessionMerge(operator.calls, node.keys, windowing.allowed_lateness, bool(windowing.allowed_lateness))
+    assert context.late_accumulator is not None  # the frame builder gives one
+    late = context.late_accumulator(node)  # sessions are late or not once merged (as Flink): in the workers
+    function = SessionMerge(operator.calls, windowing.allowed_lateness, context.time.watermark_before, late)
     exchanged = context.exchange(partial, keep_key_group=True)
     window = [pa.field(WINDOW_START, TIMESTAMP), pa.field(WINDOW_END, TIMESTAMP)]
     output = pa.schema([*[types.field(key) for key in node.keys], *window, *values, *_updates(windowing)])
@@ -282,6 +298,8 @@ def _assigned(node: KeyedNode, windowing: Windowing, frame: DataFrame, context: 
             f"column) is not among its input's columns {frame.columns}; keep it in the operators before the window"
         )
     count = context.reject(None) if windowing.late_rows is None else None
+    if windowing.late_rows is not None and context.persist is not None:
+        frame = context.persist(frame)  # read by the window and by its late rows: its inputs run once
     assigned = split_late(windowing, frame, context.time.watermark_before, count)
     if windowing.late_rows is not None:
         context.reject(assigned.rejected)

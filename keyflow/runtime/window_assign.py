@@ -44,15 +44,17 @@ def split_late(windowing: Windowing, frame: DataFrame, watermark_before: int, co
     else:
         last_end = _last_start(assigner) + F.lit(assigner.size)
     null = F.col(EVENT_MICROS).isNull()
-    late = F.lit(False) if watermark_before == NO_WATERMARK else last_end - 1 + lateness <= F.lit(watermark_before)
+    # A session row is late only once merged with the key's open sessions: the worker decides.
+    judged = watermark_before != NO_WATERMARK and not assigner.merging
+    late = last_end - 1 + lateness <= F.lit(watermark_before) if judged else F.lit(False)
     flagged = rows.withColumn(REJECTED, null | late)
     if count is not None:
         flagged = flagged.observe(count, F.sum(F.col(REJECTED).cast("long")).alias("rows"))
     watermark = iso_micros(watermark_before)
     reason = F.when(null, F.lit(f"event time {windowing.time_column!r} is null or not a timestamp")).otherwise(
         F.format_string(
-            f"late: its last window ends at %s, which plus the allowed lateness ({lateness} us) is at or before "
-            f"the watermark {watermark}",
+            f"late: its last window ends at %s; the watermark {watermark} had passed its last microsecond plus the "
+            f"allowed lateness ({lateness} us)",
             F.timestamp_micros(last_end).cast("string"),
         )
     )
@@ -65,12 +67,14 @@ def with_windows(windowing: Windowing, rows: DataFrame, watermark_before: int) -
     (microseconds in ``__start_us``); windows past the watermark and lateness are left out."""
     assigner = windowing.assigner
     last_start = _last_start(assigner)
-    count = assigner.size // assigner.slide
+    count = -(-assigner.size // assigner.slide)  # Flink: from the last start back while start > ts - size
     if count == 1:
         windowed = rows.withColumn("__start_us", last_start)
     else:
         windowed = rows.withColumn("__back", F.explode(F.sequence(F.lit(0), F.lit(count - 1))))
         windowed = windowed.withColumn("__start_us", last_start - F.col("__back") * F.lit(assigner.slide))
+        if assigner.size % assigner.slide:
+            windowed = windowed.filter(F.col("__start_us") > F.col(EVENT_MICROS) - F.lit(assigner.size))
     if watermark_before != NO_WATERMARK and count > 1:
         open_ = F.col("__start_us") + F.lit(assigner.size - 1 + windowing.allowed_lateness) > F.lit(watermark_before)
         windowed = windowed.filter(open_)

@@ -18,6 +18,7 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import Accumulator
 
 from keyflow.errors import DataError, WorkerError
 from keyflow.plan.aggregates import AggregateCall
@@ -32,6 +33,7 @@ from keyflow.state.timers import TIMESTAMP, TaskTime
 FIRE_AT, CLEANUP_AT, EMITTED = "__fire_at", "__cleanup_at", "__emitted"
 ROWS, ROW_PREFIX = "__rows", "__row_"  # a window's rows; the row columns as they reach the worker
 STARTS, ENDS, DIRTY = "__starts", "__ends", "__dirty"
+ROW_COUNT, STORED = "__row_count", "__stored"  # rows in a micro-batch's session; whether one was in state
 START_MICROS, END_MICROS = "__start_us", "__end_us"  # a micro-batch's sessions, from Spark
 MERGE_RULES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
@@ -132,12 +134,18 @@ class SessionMerge(KeyedFunction):
     """Session windows: per key, its sessions as lists (bounds, partials, whether emitted,
     whether changed since) and the earliest time one of them is due (``__fire_at``). A
     micro-batch's sessions merge with the stored ones they touch (Flink's
-    ``TimeWindow.intersects``: ``start <= other end`` and ``end >= other start``)."""
+    ``TimeWindow.intersects``: ``start <= other end`` and ``end >= other start``). As in Flink's
+    ``WindowOperator``, lateness is decided after merging: a row bridging into an open session
+    is not late; a new session already past ``watermark_before`` plus the lateness is dropped,
+    its rows counted in ``late``."""
 
     timed = True
 
-    def __init__(self, calls: tuple[AggregateCall, ...], keys: tuple[str, ...], lateness: int, marks_updates: bool):
-        self.calls, self.keys, self.lateness, self.marks_updates = calls, keys, lateness, marks_updates
+    def __init__(
+        self, calls: tuple[AggregateCall, ...], lateness: int, watermark_before: int, late: Accumulator[int] | None
+    ) -> None:
+        self.calls, self.lateness, self.watermark_before, self.late = calls, lateness, watermark_before, late
+        self.marks_updates = lateness > 0
         self.rules = partial_rules(calls)
 
     @staticmethod
@@ -152,17 +160,31 @@ class SessionMerge(KeyedFunction):
 
     def process(self, batch: KeyedBatch, state: KeyedState) -> None:
         stored = _flatten({c: state[c].get() for c in self._columns()})
+        stored = stored.append_column(STORED, pa.array(np.ones(stored.num_rows, dtype=bool)))
+        stored = stored.append_column(ROW_COUNT, pa.array(np.zeros(stored.num_rows, dtype=np.int64)))
+        rows = batch.data.num_rows
         incoming = pa.table(
             {
                 "__owner": pa.array(batch.key_index, pa.int64()),
                 STARTS: batch.data.column(START_MICROS),
                 ENDS: batch.data.column(END_MICROS),
-                EMITTED: pa.array(np.zeros(batch.data.num_rows, dtype=bool)),
-                DIRTY: pa.array(np.ones(batch.data.num_rows, dtype=bool)),
+                EMITTED: pa.array(np.zeros(rows, dtype=bool)),
+                DIRTY: pa.array(np.ones(rows, dtype=bool)),
                 **{c: batch.data.column(c) for c in self.rules},
+                STORED: pa.array(np.zeros(rows, dtype=bool)),
+                ROW_COUNT: batch.data.column(ROW_COUNT),
             }
         )
-        merged = _merge_sessions(pa.concat_tables([stored, incoming.cast(stored.schema)]), self.rules)
+        rules = {**self.rules, STORED: "max", ROW_COUNT: "sum"}
+        merged = _merge_sessions(pa.concat_tables([stored, incoming.cast(stored.schema)]), rules)
+        ends = merged.column(ENDS).to_numpy()
+        late = ~merged.column(STORED).to_numpy(zero_copy_only=False) & (
+            ends - 1 + self.lateness <= self.watermark_before
+        )
+        if late.any():
+            if self.late is not None:
+                self.late.add(int(merged.column(ROW_COUNT).to_numpy()[late].sum()))
+            merged = merged.filter(pa.array(~late))
         self._store(merged, batch.num_keys, lambda column, values: state[column].update(values))
 
     def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:

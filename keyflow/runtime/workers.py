@@ -142,8 +142,9 @@ class TimedUserProcess(UserProcess):
             else:
                 raise WorkerError(
                     DataError(
-                        f"{self.operator}'s on_timer kept registering {domain} timers at or before the time they "
-                        f"fire at, for {self.MAX_ROUNDS:,} rounds; register later timers (e.g. timestamp + interval)"
+                        f"{self.operator}: {self.MAX_ROUNDS:,} rounds of {domain} timers in one micro-batch (a key "
+                        "with that many due timers, or on_timer registering timers at or before the time they fire "
+                        "at); register later timers (e.g. timestamp + interval) or fewer per key"
                     )
                 )
 

@@ -177,9 +177,13 @@ class ListStateView(ValueStateView):
         sorted_index = np.asarray(key_index)[order]
         items = _array(values, element_type).take(pa.array(order))
         bounds = np.searchsorted(sorted_index, np.arange(len(self._slots) + 1))
-        appended = pa.ListArray.from_arrays(pa.array(bounds, pa.int32()), items)
-        current = self.get().fill_null(pa.scalar([], self._column.type))
-        self.update(_concat_lists(current, appended))
+        given = np.flatnonzero(np.diff(bounds) > 0)  # only these keys change (and restart their TTL)
+        appended = pa.ListArray.from_arrays(pa.array(bounds[np.append(given, len(self._slots))], pa.int32()), items)
+        slots, self._slots = self._slots, self._slots[given]
+        try:
+            self.update(_concat_lists(self.get().fill_null(pa.scalar([], self._column.type)), appended))
+        finally:
+            self._slots = slots
 
 
 class MapStateView(ValueStateView):

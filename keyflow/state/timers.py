@@ -166,11 +166,19 @@ def _store_timers(
 
 def pop_due(store: KeyedStateStore, domain: str, until: int) -> tuple[Slots, npt.NDArray[np.int64]]:
     """The keys with a timer at or before ``until``, each with its earliest one (removed), in
-    timestamp order: one round of firing; a key with several due timers fires again next round."""
+    timestamp order: one round of firing. A round stops before any key's second timer, so the
+    rounds together fire every timer in timestamp order (as Flink's timer queue)."""
     due = store.columns[next_timer_column(domain)].at_most(until, len(store))
     if not len(due):
         return due, np.zeros(0, dtype=np.int64)
     earliest = np.asarray(store.columns[next_timer_column(domain)].get(due).to_numpy(zero_copy_only=False))
+    lists = store.columns[timers_column(domain)].get(due)
+    lengths = np.asarray(lists.value_lengths().to_numpy(zero_copy_only=False), dtype=np.int64)
+    if (lengths > 1).any():
+        firsts = np.asarray(lists.offsets.to_numpy()[:-1], dtype=np.int64)
+        seconds = np.asarray(lists.values.to_numpy(), dtype=np.int64)[firsts[lengths > 1] + 1]
+        within = earliest <= min(until, int(seconds.min()))
+        due, earliest = due[within], earliest[within]
     order = np.argsort(earliest, kind="stable")
     due, earliest = due[order], earliest[order].astype(np.int64)
     change_timers(store, due, domain, np.arange(len(due), dtype=np.int64), earliest, delete=True)

@@ -5,7 +5,7 @@ split's watermark is its largest event time minus the bound, minus 1; the source
 smallest over the splits that are not idle. A split is idle after ``idleness`` of processing
 time without rows (Flink's ``WatermarksWithIdleness``); without an idleness timeout a split
 that has no rows holds the watermark back, as in Flink. When every split is idle the
-watermark stays. It never goes back.
+watermark stays. It never goes back. Idleness is measured within a run.
 """
 
 from __future__ import annotations
@@ -26,10 +26,17 @@ class SourceWatermark:
     watermark: int = NO_WATERMARK
 
     def advance(
-        self, strategy: WatermarkStrategy, split_count: int, observed: Mapping[int, int], now: float
+        self,
+        strategy: WatermarkStrategy,
+        split_count: int,
+        observed: Mapping[int, int],
+        now: float,
+        restarted: bool = False,
     ) -> SourceWatermark:
-        """After a micro-batch in which split ``s`` had rows up to event time ``observed[s]``."""
-        splits = dict(self.splits)
+        """After a micro-batch in which split ``s`` had rows up to event time ``observed[s]``;
+        ``restarted``: the first micro-batch of a run, where idleness starts over (as Flink's
+        idleness timers, which are not checkpointed: the time a job was down is not idleness)."""
+        splits = {s: (latest, now) for s, (latest, _) in self.splits.items()} if restarted else dict(self.splits)
         for split in range(split_count):
             latest, active = splits.get(split, (None, now))
             if split in observed:

@@ -26,7 +26,7 @@ from keyflow.connectors.base import StreamingSink
 from keyflow.errors import RestoreError
 from keyflow.paths import exists, filesystem
 from keyflow.plan.compile import CompiledPlan
-from keyflow.plan.nodes import Node
+from keyflow.plan.nodes import Node, SourceNode
 from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.streaming.faults import fault
 from keyflow.runtime.streaming.prekeyed import PreKeyedSource
@@ -66,6 +66,7 @@ def commit_micro_batch(
     frame: DataFrame,
     batch: int,
     event: dict[str, Any] | None = None,
+    first_of_run: bool = False,
 ) -> tuple[Manifest, BatchMetrics]:
     """Run micro-batch ``batch`` of the source rows ``frame`` and commit it as version
     ``batch``; ``event`` (a rescale) is logged with the batch once it is committed."""
@@ -76,7 +77,10 @@ def commit_micro_batch(
     # its own (~0.1 s apart) and coalesce the aggregation's partitions keyflow sized already.
     frame.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")
     state = keyed_state(stream, batch)
-    time_now, watermarks, frame = batch_time(plan, plan.nodes[stream.source_id], frame, stream.manifest)
+    source_node = plan.nodes[stream.source_id]
+    cached = frame.persist() if isinstance(source_node, SourceNode) and source_node.watermark is not None else None
+    frame = cached or frame  # read once: by the watermark's job and by the micro-batch's
+    time_now, watermarks, frame = batch_time(plan, source_node, frame, stream.manifest, first_of_run)
     observation = Observation()
     source = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
     builder = FrameBuilder(frame.sparkSession, plan, {stream.source_id: source}, state, time=time_now)
@@ -110,6 +114,8 @@ def commit_micro_batch(
         retain(checkpoint, plan.config.get(CHECKPOINTS_NUM_RETAINED))
     finally:
         builder.release()
+        if cached is not None:
+            cached.unpersist()
     metrics = BatchMetrics(
         batch, plan.parallelism, _observed_rows(observation), outputs, len(written),
         sum(f.bytes for f in written), time.perf_counter() - started, conflicts,
@@ -157,12 +163,10 @@ def _stage_outputs(builder: FrameBuilder, batch: int) -> tuple[dict[str, int], l
 
 def _late_counts(builder: FrameBuilder) -> dict[str, int]:
     """Late rows each window dropped (it has no late_rows sink), where any were."""
-    counts = {}
-    for name, observation in builder.late_counts:
-        dropped = int(observation.get.get("rows") or 0)
-        if dropped:
-            counts[name] = dropped
-    return counts
+    counts: dict[str, int] = {}
+    for name, count in builder.late_counts:
+        counts[name] = counts.get(name, 0) + count()
+    return {name: rows for name, rows in counts.items() if rows}
 
 
 def _observed_rows(observation: Observation) -> int | None:

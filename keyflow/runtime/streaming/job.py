@@ -230,7 +230,7 @@ class StreamingJob:
         fault("start", batch)
         if self._pre_keyed is None:
             self._apply_rescale()
-        manifest, metrics = commit_micro_batch(self._stream, frame, batch, self._pending_event)
+        manifest, metrics = commit_micro_batch(self._stream, frame, batch, self._pending_event, not self.result.batches)
         self._stream = dataclasses.replace(self._stream, manifest=manifest)
         self._pending_event = None
         if self._pre_keyed is not None:

@@ -26,7 +26,7 @@ def prepare(stream: StreamState, plan_file: PlanFile, spark: SparkSession, schem
     (a first run) or checked against the checkpoint's (a restore)."""
     plan = stream.plan
     empty = spark.createDataFrame([], schema).drop(SPLIT_COLUMN)
-    check_event_time_column(plan.nodes[stream.source_id], empty.columns)
+    check_event_time_column(plan.nodes[stream.source_id], empty.schema)
     builder = FrameBuilder(spark, plan, {stream.source_id: empty}, keyed_state(stream, stream.committed + 1))
     try:
         for sink in plan.sinks:

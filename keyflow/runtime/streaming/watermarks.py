@@ -16,9 +16,11 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, StringType, StructType, TimestampNTZType, TimestampType
 
 from keyflow.connectors.base import SPLIT_COLUMN, SplitSource
 from keyflow.errors import PlanError
+from keyflow.plan.builder import ntz_message
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.event_time import NO_WATERMARK
 from keyflow.plan.nodes import Node, SourceNode
@@ -28,12 +30,24 @@ from keyflow.state.timers import TaskTime
 from keyflow.state.watermarks import SourceWatermark
 
 
-def check_event_time_column(source: Node, columns: list[str]) -> None:
-    """At start (a source that does not tell its columns before it runs): the watermark's column is there."""
-    if isinstance(source, SourceNode) and source.watermark is not None and source.watermark.column not in columns:
+def check_event_time_column(source: Node, schema: StructType) -> None:
+    """At start (for sources that tell their columns only then): the watermark's column is there
+    and holds instants (a timestamp, or a string or date Spark parses)."""
+    if not isinstance(source, SourceNode) or source.watermark is None:
+        return
+    column, columns = source.watermark.column, [f.name for f in schema.fields if f.name != SPLIT_COLUMN]
+    if column not in columns:
         raise PlanError(
-            f"source {source.name!r}: the watermark's event-time column {source.watermark.column!r} is not among its "
-            f"columns {[c for c in columns if c != SPLIT_COLUMN]}; name a timestamp column of the source"
+            f"source {source.name!r}: the watermark's event-time column {column!r} is not among its columns "
+            f"{columns}; name a timestamp column of the source"
+        )
+    kind = schema[column].dataType
+    if isinstance(kind, TimestampNTZType):
+        raise PlanError(ntz_message(source.name, column))
+    if not isinstance(kind, (TimestampType, StringType, DateType)):
+        raise PlanError(
+            f"source {source.name!r}: the watermark's event-time column {column!r} is {kind.simpleString()}, not a "
+            "timestamp; convert it first (numbers: timestamp_millis(...) or timestamp_seconds(...))"
         )
 
 
@@ -42,10 +56,11 @@ def batch_time(
     source: SourceNode,
     frame: DataFrame,
     manifest: Manifest | None,
+    restarted: bool,
     clock: Callable[[], float] = time.time,
 ) -> tuple[TaskTime, dict[str, Any], DataFrame]:
     """The times this micro-batch runs at, the watermarks to commit with it (by source uid),
-    and the batch's rows without the split column."""
+    and the batch's rows without the split column; ``restarted``: the run's first micro-batch."""
     now = clock()
     processing = int(now * 1_000_000)
     strategy = source.watermark
@@ -62,5 +77,5 @@ def batch_time(
     else:  # a source without splits: one watermark for all its rows
         latest = frame.agg(F.max(event_time)).collect()[0][0]
         observed, split_count = ({} if latest is None else {0: int(latest)}), 1
-    after = before.advance(strategy, split_count, observed, now)
+    after = before.advance(strategy, split_count, observed, now, restarted)
     return TaskTime(before.watermark, after.watermark, processing), {uid: after.to_dict()}, frame
