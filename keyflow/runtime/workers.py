@@ -221,7 +221,10 @@ class KeyedRunner:
                     yield from self._emit(result)
             if any(descriptor.ttl is not None for descriptor in task.state.values()):
                 expire(self._store, task.time.processing_time)
-            task.keyed_state.close(self._store, self._subtask, *self._range)
+            if first is None and not len(self._store.touched()) and not task.keyed_state.must_write(self._subtask):
+                task.keyed_state.release(self._store, self._subtask, *self._range)  # opened for timers: unchanged
+            else:
+                task.keyed_state.close(self._store, self._subtask, *self._range)
             if self._reports:
                 task.keyed_state.report_keys(pa.concat_tables(self._reports), *self._range)
         finally:  # also after a failure, as Flink closes its functions

@@ -33,6 +33,9 @@ class MemoryState:
     def close(self, store: KeyedStateStore, subtask: int, first: int, last: int) -> None:
         return None
 
+    def release(self, store: KeyedStateStore, subtask: int, first: int, last: int) -> None:
+        return None
+
     def must_write(self, subtask: int) -> bool:
         return False
 
@@ -94,10 +97,6 @@ class CheckpointedState:
 
     def close(self, store: KeyedStateStore, subtask: int, first: int, last: int) -> None:
         touched = store.take_touched()
-        cache_key = (self.checkpoint_id, self.uid)
-        if not len(touched) and subtask not in self.compact:  # opened to fire timers, none due: unchanged
-            _CACHE.put(cache_key, self.run_id, _Entry(first, last, self.base_version, store))
-            return
         live = store.live_slots()
         if subtask in self.compact:
             table, kind = store.to_table(live), "full"
@@ -107,7 +106,12 @@ class CheckpointedState:
             table, kind = store.to_table(touched), "delta"
         checkpoint = Checkpoint(self.checkpoint_uri)
         write_state_file(checkpoint, self.uid, self.version, kind, first, last, table, len(live))
-        _CACHE.put(cache_key, self.run_id, _Entry(first, last, self.version, store))
+        _CACHE.put((self.checkpoint_id, self.uid), self.run_id, _Entry(first, last, self.version, store))
+
+    def release(self, store: KeyedStateStore, subtask: int, first: int, last: int) -> None:
+        """A store opened without rows (to fire timers) in which nothing changed: no file to
+        write, as for a subtask Spark skipped; the worker keeps it for the next micro-batch."""
+        _CACHE.put((self.checkpoint_id, self.uid), self.run_id, _Entry(first, last, self.base_version, store))
 
     def must_write(self, subtask: int) -> bool:
         """Whether the subtask writes a file even with no input: a compaction is due. Otherwise
