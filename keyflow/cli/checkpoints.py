@@ -160,7 +160,7 @@ def _print_described(described: dict[str, Any]) -> None:
     for mark in described["watermarks"]:
         splits = ", ".join(f"{split}: {latest or '-'}" for split, latest in mark["split_event_times"].items())
         watermark = mark["watermark"] or "none yet"
-        console.print(f"watermark of source {mark['source']}: {watermark} (newest event time per split: {splits})")
+        console.print(f"watermark of {mark['source']!r}: {watermark} (newest event time per split: {splits})")
     history = Table("time", "batch", "from", "to", "reason", title="parallelism changes")
     for event in described["events"]:
         if event.get("event", "rescale") == "rescale":

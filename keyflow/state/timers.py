@@ -30,6 +30,7 @@ from keyflow.plan.event_time import (
 from keyflow.state.memory import KeyedStateStore, Slots
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
+LATEST_DATETIME = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999 in microseconds
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,10 @@ class TimerService:
 
     @property
     def current_watermark(self) -> pa.TimestampScalar | None:
-        """The watermark the rows of this call arrived under (None before the first)."""
+        """The watermark the rows of this call arrived under (None before the first; at the end
+        of a bounded input the largest timestamp Python's datetime holds, 9999-12-31)."""
         watermark = self._time.watermark_before
-        return None if watermark == NO_WATERMARK else pa.scalar(watermark, TIMESTAMP)
+        return None if watermark == NO_WATERMARK else pa.scalar(min(watermark, LATEST_DATETIME), TIMESTAMP)
 
     @property
     def current_processing_time(self) -> pa.TimestampScalar:

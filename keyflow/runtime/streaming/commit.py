@@ -26,6 +26,7 @@ from keyflow.connectors.base import StreamingSink
 from keyflow.errors import RestoreError
 from keyflow.paths import exists, filesystem
 from keyflow.plan.compile import CompiledPlan
+from keyflow.plan.event_time import NO_WATERMARK
 from keyflow.plan.nodes import Node, SourceNode
 from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.streaming.faults import fault
@@ -119,7 +120,7 @@ def commit_micro_batch(
     metrics = BatchMetrics(
         batch, plan.parallelism, _observed_rows(observation), outputs, len(written),
         sum(f.bytes for f in written), time.perf_counter() - started, conflicts,
-        None if not watermarks else time_now.watermark, _late_counts(builder),
+        None if time_now.watermark == NO_WATERMARK else time_now.watermark, _late_counts(builder),
     )  # fmt: skip
     return manifest, metrics
 

@@ -19,7 +19,7 @@ class BatchMetrics:
     state_bytes_written: int
     seconds: float
     pre_keyed_conflicts: int = 0  # keys of a pre-keyed source seen in two splits (pipeline.pre-keyed.verify=warn)
-    watermark: int | None = None  # the source's watermark after the batch, microseconds (None: no strategy)
+    watermark: int | None = None  # the source's watermark after the batch, microseconds (None: none yet)
     late_rows_dropped: dict[str, int] = field(default_factory=dict)  # per window without a late_rows sink
 
 
