@@ -84,16 +84,17 @@ def window_totals(windows: KeyedBatch) -> pa.Table:
     return windows.keys.append_column("n", pa.array(windows.counts)).append_column("total", pa.array(totals))
 
 
-def event_time_sinks(stream: Stream, out: Path, window_rows: bool = False) -> None:
-    """The three event-time operators on ``stream``, each to its own parquet sink under ``out``;
+def event_time_sinks(stream: Stream, out: Path, window_rows: bool = False, tumbling_windows: bool = True) -> None:
+    """The event-time operators on ``stream``, each to its own parquet sink under ``out``:
+    tumbling windows (unless ``tumbling_windows`` is False), sessions and inactivity timers;
     with ``window_rows`` also the tumbling windows' totals from all their rows (``rows``)."""
     if window_rows:
         stream.key_by("user").window(tumbling(TUMBLE)).process(
             window_totals, "user string, window_start timestamp, window_end timestamp, n bigint, total bigint"
         ).uid("window-rows").sink(parquet(out / "rows"), uid="rows-out")
-    stream.key_by("user").window(tumbling(TUMBLE)).aggregate(n="count(*)", total="sum(amount)").uid("tumbling").sink(
-        parquet(out / "tumbling"), uid="tumbling-out"
-    )
+    if tumbling_windows:
+        tumbled = stream.key_by("user").window(tumbling(TUMBLE)).aggregate(n="count(*)", total="sum(amount)")
+        tumbled.uid("tumbling").sink(parquet(out / "tumbling"), uid="tumbling-out")
     stream.key_by("user").window(session("5 min")).aggregate(n="count(*)", top="max(amount)").uid("sessions").sink(
         parquet(out / "sessions"), uid="sessions-out"
     )
@@ -143,9 +144,12 @@ def expected_alerts(events: pd.DataFrame, watermark: int | None = None) -> pd.Da
     return alerts[["user", "alert_at"]].sort_values(["user", "alert_at"]).reset_index(drop=True)
 
 
-def assert_event_time_output(out: Path, events: pd.DataFrame, watermark: int | None, window_rows: bool = False) -> None:
+def assert_event_time_output(
+    out: Path, events: pd.DataFrame, watermark: int | None, window_rows: bool = False, tumbling_windows: bool = True
+) -> None:
+    """The outputs of :func:`event_time_sinks` equal the references cut at ``watermark``."""
     expected = normalized(expected_tumbling(events, watermark), ["user", "window_start"])
-    for windows in ("tumbling", "rows") if window_rows else ("tumbling",):
+    for windows in ("tumbling",) * tumbling_windows + ("rows",) * window_rows:
         tumbling_rows = normalized(read_output(out / windows), ["user", "window_start"])
         assert (tumbling_rows.window_end - tumbling_rows.window_start == pd.Timedelta("10 min")).all()
         pd.testing.assert_frame_equal(tumbling_rows[["user", "window_start", "n", "total"]], expected,

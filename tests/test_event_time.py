@@ -51,7 +51,7 @@ def test_stream_over_20_micro_batches_with_restart_and_live_rescale(spark, tmp_p
     def pipeline(parallelism: int) -> Pipeline:
         built = Pipeline(config=config(parallelism))
         source = built.source(log(str(tmp_path / "log"), rows_per_batch=200), watermark=STRATEGY)
-        event_time_sinks(source, tmp_path / "out", window_rows=True)
+        event_time_sinks(source, tmp_path / "out", tumbling_windows=False, window_rows=True)
         return built
 
     result = pipeline(2).run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
@@ -81,7 +81,8 @@ def test_stream_over_20_micro_batches_with_restart_and_live_rescale(spark, tmp_p
     assert len(result.batches) + len(batches) >= 20
     assert {b.parallelism for b in batches} == {1, 3}
     everything = pd.concat([first, second], ignore_index=True)
-    assert_event_time_output(tmp_path / "out", everything, batches[-1].watermark, window_rows=True)
+    watermark = batches[-1].watermark
+    assert_event_time_output(tmp_path / "out", everything, watermark, window_rows=True, tumbling_windows=False)
 
 
 def test_late_rows_update_within_lateness_and_go_to_the_late_rows_sink(spark, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """A streaming job for crash tests, run by ``keyflow run`` in a subprocess.
 
 It reads the timestamped log under $KEYFLOW_TEST_DIR and writes per-event running totals,
-and with event time (a watermark per split): tumbling windows, session windows and
+and with event time (a watermark per split): session windows and
 inactivity alerts from timers (see ``tests.event_time``).
 """
 
@@ -22,4 +22,4 @@ stream = pipeline.source(
 stream.key_by("user").process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq").sink(
     parquet(f"{base}/out")
 )
-event_time_sinks(stream, Path(base) / "event_time")
+event_time_sinks(stream, Path(base) / "event_time", tumbling_windows=False)  # tumbling: tests/test_event_time.py
