@@ -43,22 +43,26 @@ def partial_rules(calls: tuple[AggregateCall, ...]) -> dict[str, str]:
     return {column: MERGE_RULES[rule] for call in calls for column, (rule, _) in partials(call).items()}
 
 
-class WindowMerge(KeyedFunction):
-    """Tumbling and sliding windows: one state slot per (key, window) holding the merged
-    partials, when it fires (``end - 1``) and when it is dropped (``+ allowed_lateness``)."""
+class WindowSlots(KeyedFunction):
+    """Tumbling and sliding windows: one state slot per (key, window) with when it fires
+    (``end - 1``), when it is dropped (``+ lateness``) and whether it was emitted; subclasses
+    say what a slot holds (``contents``, ``add``) and what a fired window emits (``fire``)."""
 
     timed = True
+    lateness = 0
 
-    def __init__(self, calls: tuple[AggregateCall, ...], lateness: int, marks_updates: bool) -> None:
-        self.calls, self.lateness, self.marks_updates = calls, lateness, marks_updates
+    @classmethod
+    def timing(cls) -> dict[str, StateDescriptor]:
+        return {FIRE_AT: ValueState(pa.int64()), CLEANUP_AT: ValueState(pa.int64()), EMITTED: ValueState(pa.bool_())}
 
-    @staticmethod
-    def state(partial_types: dict[str, pa.DataType]) -> dict[str, StateDescriptor]:
-        timing = {FIRE_AT: ValueState(pa.int64()), CLEANUP_AT: ValueState(pa.int64()), EMITTED: ValueState(pa.bool_())}
-        return {**{column: ValueState(kind) for column, kind in partial_types.items()}, **timing}
+    def add(self, batch: KeyedBatch, state: KeyedState) -> None:
+        raise NotImplementedError
+
+    def fire(self, due: npt.NDArray[np.int64], store: KeyedStateStore) -> Any:
+        raise NotImplementedError
 
     def process(self, batch: KeyedBatch, state: KeyedState) -> None:
-        merge_partials(self.calls, batch, state)
+        self.add(batch, state)
         last = pc.subtract(batch.keys.column(WINDOW_END).cast(TIMESTAMP).cast(pa.int64()), 1)
         state[FIRE_AT].update(last)  # a row for a window that fired already fires it again: an update
         state[CLEANUP_AT].update(pc.add(last, self.lateness))
@@ -66,68 +70,75 @@ class WindowMerge(KeyedFunction):
     def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
         due = store.columns[FIRE_AT].at_most(time.watermark, len(store))
         if len(due):
-            merged = {column: store.columns[column].get(due) for column in partial_rules(self.calls)}
-            rows = store.keys(due)
-            for name, values in final_values(self.calls, merged).items():
-                rows = rows.append_column(name, values)
-            if self.marks_updates:
-                rows = rows.append_column(IS_UPDATE, store.columns[EMITTED].get(due).fill_null(False))
+            fired = self.fire(due, store)
             store.columns[FIRE_AT].set(due, pa.nulls(len(due), pa.int64()))
             store.columns[EMITTED].set(due, pa.array(np.ones(len(due), dtype=bool)))
             store.touch(due)
-            yield rows
+            yield fired
         _drop(store, store.columns[CLEANUP_AT].at_most(time.watermark, len(store)))
 
 
-class WindowRows(KeyedFunction):
-    """Tumbling and sliding windows of rows (Flink's ``ProcessWindowFunction``): one slot per
-    (key, window) holding its rows as a list, when it fires and when it is dropped; when
-    windows fire, the user's function runs once over all of them (a :class:`KeyedBatch` whose
-    keys are the key columns with ``window_start`` and ``window_end``)."""
+class WindowMerge(WindowSlots):
+    """Tumbling and sliding windows: one state slot per (key, window) holding the merged
+    partials, when it fires (``end - 1``) and when it is dropped (``+ allowed_lateness``)."""
 
-    timed = True
+    def __init__(self, calls: tuple[AggregateCall, ...], lateness: int, marks_updates: bool) -> None:
+        self.calls, self.lateness, self.marks_updates = calls, lateness, marks_updates
+
+    @classmethod
+    def state(cls, partial_types: dict[str, pa.DataType]) -> dict[str, StateDescriptor]:
+        return {**{column: ValueState(kind) for column, kind in partial_types.items()}, **cls.timing()}
+
+    def add(self, batch: KeyedBatch, state: KeyedState) -> None:
+        merge_partials(self.calls, batch, state)
+
+    def fire(self, due: npt.NDArray[np.int64], store: KeyedStateStore) -> pa.Table:
+        merged = {column: store.columns[column].get(due) for column in partial_rules(self.calls)}
+        rows = store.keys(due)
+        for name, values in final_values(self.calls, merged).items():
+            rows = rows.append_column(name, values)
+        if self.marks_updates:
+            rows = rows.append_column(IS_UPDATE, store.columns[EMITTED].get(due).fill_null(False))
+        return rows
+
+
+class WindowRows(WindowSlots):
+    """Tumbling and sliding windows of rows (Flink's ``ProcessWindowFunction``): each slot holds
+    its window's rows as a list; when windows fire, the user's function runs once over all of
+    them (a :class:`KeyedBatch` whose keys are the key columns with ``window_start`` and
+    ``window_end``)."""
 
     def __init__(self, function: Callable[..., Any], operator: str, columns: list[str], lateness: int) -> None:
         self.function, self.operator, self.columns, self.lateness = function, operator, columns, lateness
         self.subtask = 0
 
-    @staticmethod
-    def state(row_type: pa.StructType) -> dict[str, StateDescriptor]:
-        timing = {FIRE_AT: ValueState(pa.int64()), CLEANUP_AT: ValueState(pa.int64()), EMITTED: ValueState(pa.bool_())}
-        return {ROWS: ListState(row_type), **timing}
+    @classmethod
+    def state(cls, row_type: pa.StructType) -> dict[str, StateDescriptor]:
+        return {ROWS: ListState(row_type), **cls.timing()}
 
     def open(self, subtask: int, key_groups: tuple[int, int]) -> None:
         self.subtask = subtask
 
-    def process(self, batch: KeyedBatch, state: KeyedState) -> None:
+    def add(self, batch: KeyedBatch, state: KeyedState) -> None:
         data = batch.data
         rows = pa.StructArray.from_arrays(
             [data.column(f"{ROW_PREFIX}{c}").combine_chunks() for c in self.columns], names=self.columns
         )
         state[ROWS].add(rows, batch.key_index)
-        last = pc.subtract(batch.keys.column(WINDOW_END).cast(TIMESTAMP).cast(pa.int64()), 1)
-        state[FIRE_AT].update(last)
-        state[CLEANUP_AT].update(pc.add(last, self.lateness))
 
-    def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
-        due = store.columns[FIRE_AT].at_most(time.watermark, len(store))
-        if len(due):
-            lists = store.columns[ROWS].get(due)
-            counts = np.asarray(lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-            data = pa.Table.from_struct_array(lists.flatten()) if len(lists) else pa.table({})
-            key_groups = store.key_groups(due)
-            windows = KeyedBatch(
-                data, store.keys(due), np.repeat(np.arange(len(due)), counts), np.cumsum(counts) - counts, counts,
-                key_groups, self.subtask, np.repeat(key_groups, counts),
-            )  # fmt: skip
-            result = self.function(windows)
-            if result is None:
-                raise WorkerError(DataError(f"{self.operator} returned None; return a table (an empty one for none)"))
-            store.columns[FIRE_AT].set(due, pa.nulls(len(due), pa.int64()))
-            store.columns[EMITTED].set(due, pa.array(np.ones(len(due), dtype=bool)))
-            store.touch(due)
-            yield result
-        _drop(store, store.columns[CLEANUP_AT].at_most(time.watermark, len(store)))
+    def fire(self, due: npt.NDArray[np.int64], store: KeyedStateStore) -> Any:
+        lists = store.columns[ROWS].get(due)
+        counts = np.asarray(lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        data = pa.Table.from_struct_array(lists.flatten()) if len(lists) else pa.table({})
+        key_groups = store.key_groups(due)
+        windows = KeyedBatch(
+            data, store.keys(due), np.repeat(np.arange(len(due)), counts), np.cumsum(counts) - counts, counts,
+            key_groups, self.subtask, np.repeat(key_groups, counts),
+        )  # fmt: skip
+        result = self.function(windows)
+        if result is None:
+            raise WorkerError(DataError(f"{self.operator} returned None; return a table (an empty one for none)"))
+        return result
 
 
 class SessionMerge(KeyedFunction):
