@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from keyflow import KeyedBatch, KeyedState, Log, Stream, ValueState, parquet, session, tumbling
-from tests.streams import read_output
+from keyflow import KeyedBatch, KeyedState, Stream, ValueState, parquet, session, tumbling
+from tests.streams import append, read_output
 
 TIMED = pa.schema(
     [("user", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("amount", pa.int64()), ("seq", pa.int64())]
@@ -41,11 +41,7 @@ def timed_events(rows: int, users: int, start: int, seed: int, seconds: int) -> 
 
 
 def append_timed(log_path: Path, frame: pd.DataFrame, splits: int = 4) -> None:
-    try:
-        log = Log(log_path)
-    except Exception:
-        log = Log.create(log_path, splits, TIMED)
-    log.append(pa.Table.from_pandas(frame, schema=TIMED, preserve_index=False), key="user")
+    append(log_path, frame, splits, TIMED)
 
 
 def inactivity(batch: KeyedBatch, state: KeyedState) -> pa.Table:

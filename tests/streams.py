@@ -27,12 +27,13 @@ def events(rows: int, users: int, start: int, seed: int) -> pd.DataFrame:
     )
 
 
-def append(log_path: Path, frame: pd.DataFrame, splits: int = 3) -> None:
+def append(log_path: Path, frame: pd.DataFrame, splits: int = 3, schema: pa.Schema = EVENTS) -> None:
+    """Append ``frame`` to the log (created with ``splits`` and ``schema`` if new), split by user."""
     try:
         log = Log(log_path)
     except Exception:
-        log = Log.create(log_path, splits, EVENTS)
-    log.append(pa.Table.from_pandas(frame, schema=EVENTS, preserve_index=False), key="user")
+        log = Log.create(log_path, splits, schema)
+    log.append(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), key="user")
 
 
 def running_total(batch: KeyedBatch, state: KeyedState) -> pa.Table:

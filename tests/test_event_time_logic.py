@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
 
 from keyflow import (
     ListState,
@@ -24,6 +25,7 @@ from keyflow import (
     sliding,
     tumbling,
 )
+from keyflow.cli.app import app
 from keyflow.errors import PlanError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan.aggregates import parse_aggregations
@@ -319,6 +321,35 @@ def test_window_and_timer_mistakes_are_plan_errors(tmp_path: Path) -> None:
     keyed.window(tumbling("1 min")).aggregate(users="count(DISTINCT user)").sink(parquet(tmp_path / "o"))
     with pytest.raises(PlanError, match=r"DISTINCT user\)' cannot be kept as running state"):
         pipeline.compile()
+
+
+def test_state_and_window_mistakes_found_through_the_plan_are_plan_errors(tmp_path: Path) -> None:
+    path = timed_log(tmp_path)
+    pipeline = Pipeline()
+    keyed = pipeline.source(log(path), watermark=STRATEGY).select("user", "n").key_by("user")
+    with pytest.raises(PlanError, match=r"event-time column 'ts' .* is not among the columns reaching the window"):
+        keyed.window(tumbling("1 min"))
+    source = pipeline.source(log(path), watermark=STRATEGY)
+    with pytest.raises(PlanError, match=r"state 'n' ttl='1 h' is not a StateTtlConfig; pass e.g\. ttl=StateTtlConfig"):
+        source.key_by("user").process(lambda b, s: b.data, "user string", state={"n": ValueState("int64", ttl="1 h")})  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match=r"process\(\.\.\.\) over session windows is not supported yet"):
+        source.key_by("user").window(session("1 min")).process(lambda w: w.keys, "user string")
+    with pytest.raises(PlanError, match=r"window\(\.\.\.\) after reinterpret_as_keyed is not supported yet"):
+        source.reinterpret_as_keyed("user").window(tumbling("1 min"))
+
+
+def test_keyflow_plan_reports_event_time_mistakes_before_spark(tmp_path: Path) -> None:
+    path = timed_log(tmp_path)
+    job = tmp_path / "job.py"
+    job.write_text(
+        "from keyflow import Pipeline, log, parquet, tumbling\n"
+        "pipeline = Pipeline()\n"
+        f"pipeline.source(log({path!r})).key_by('user').window(tumbling('1 min')).aggregate(n='count(*)')"
+        ".sink(parquet('out'))\n"
+    )
+    result = CliRunner().invoke(app, ["plan", str(job)])
+    assert result.exit_code == 2
+    assert "window(...) needs event time: declare the source's with" in result.output
 
 
 @pytest.mark.parametrize(
