@@ -20,8 +20,9 @@ from keyflow.state.assignment import delta_depth, needed_files
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.durable import CheckpointedState
 from keyflow.state.integrity import retain, verify
+from keyflow.state.key_index import KeyIndex, KeyTable
 from keyflow.state.manifests import Manifest
-from keyflow.state.memory import KeyedStateStore, KeyIndex
+from keyflow.state.memory import KeyedStateStore
 from keyflow.state.state_files import restore, write_state_file
 
 K = 64
@@ -192,7 +193,34 @@ def test_key_index_matches_a_dict(batches) -> None:
         new = slots < 0
         for key, slot in zip(keys[new], index.add(keys[new]), strict=True):
             model[key] = int(slot)
-    assert index.take(np.arange(index.size)).tolist() == sorted(model, key=model.get)
+
+
+KEY_ROWS = st.tuples(st.sampled_from(["a", "b", "", "ü", None]), st.integers(-2, 2), st.sampled_from([0, 60, 120]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=st.lists(st.lists(KEY_ROWS, max_size=40), max_size=10), columns=st.integers(1, 3))
+def test_key_table_matches_a_dict(batches, columns) -> None:
+    """Keys of one to three columns (a string with nulls, an int, a timestamp): slots as a
+    dict of tuples gives them, and ``take`` gives back the keys with their types."""
+    schema = pa.schema([("s", pa.string()), ("i", pa.int64()), ("t", pa.timestamp("us", tz="UTC"))][:columns])
+    table, model = KeyTable(), {}
+    for batch in batches:
+        rows = list(dict.fromkeys(row[:columns] for row in batch))
+        keys = pa.Table.from_pylist([dict(zip(schema.names, row, strict=True)) for row in rows], schema=schema)
+        slots = table.lookup(keys)
+        assert slots.tolist() == [model.get(row, -1) for row in rows]
+        new = slots < 0
+        added = table.add(keys.filter(pa.array(new)))
+        for row, slot in zip([r for r, n in zip(rows, new, strict=True) if n], added, strict=True):
+            model[row] = int(slot)
+    in_order = sorted(model, key=model.get)
+    assert table.size == len(model)
+    if model:
+        taken = table.take(np.arange(len(model))[::-1])
+        assert taken.schema == schema
+        as_ints = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in taken.columns]
+        assert list(zip(*(c.to_pylist() for c in as_ints), strict=True)) == in_order[::-1]
 
 
 def test_a_checkpoint_workers_cannot_see_is_an_error(tmp_path: Path) -> None:

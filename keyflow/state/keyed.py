@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 
 from keyflow.plan.descriptors import ttl_column
 from keyflow.state.grouping import grouping_order, key_codes
-from keyflow.state.memory import KeyedStateStore, Slots, StateColumn
+from keyflow.state.key_index import Slots
+from keyflow.state.memory import KeyedStateStore, StateColumn
 from keyflow.state.timers import TimerService
 
 

@@ -1,6 +1,6 @@
 """In-memory keyed state of one operator subtask (batch runs; streaming persists it).
 
-Keys map to dense slots through a chunked pandas index (C hash tables), and each declared
+Keys map to dense slots through :class:`~keyflow.state.key_index.KeyTable` (C hash tables), and each declared
 state is one column over slots: fixed-width types in typed NumPy arrays with a validity
 mask, everything else (strings, lists, maps) as Python objects. Reads and writes take
 whole arrays of slots; nothing loops over records.
@@ -12,13 +12,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import pyarrow as pa
 
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan.descriptors import StateDescriptor
-
-Slots = npt.NDArray[np.int64]
+from keyflow.state.key_index import KeyTable, Slots, fixed_width_storage
 
 
 class StateColumn:
@@ -26,7 +24,7 @@ class StateColumn:
 
     def __init__(self, arrow_type: pa.DataType) -> None:
         self.type = arrow_type
-        self._storage = _fixed_width_storage(arrow_type)
+        self._storage = fixed_width_storage(arrow_type)
         dtype = self._storage.to_pandas_dtype() if self._storage is not None else object
         self._values: np.ndarray = np.empty(0, dtype=dtype)
         self._valid: npt.NDArray[np.bool_] = np.zeros(0, dtype=bool)
@@ -76,74 +74,10 @@ def _grown(array: np.ndarray, capacity: int) -> np.ndarray:
     return grown
 
 
-def _fixed_width_storage(arrow_type: pa.DataType) -> pa.DataType | None:
-    """The NumPy-friendly physical type of a fixed-width Arrow type, or None."""
-    if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_boolean(arrow_type):
-        return arrow_type
-    if pa.types.is_timestamp(arrow_type) or pa.types.is_duration(arrow_type) or pa.types.is_date64(arrow_type):
-        return pa.int64()
-    if pa.types.is_date32(arrow_type):
-        return pa.int32()
-    return None
-
-
 def _object_array(items: list[Any]) -> np.ndarray:
     array = np.empty(len(items), dtype=object)
     array[:] = items
     return array
-
-
-class KeyIndex:
-    """Key → dense slot, as pandas hash indexes in chunks of doubling size.
-
-    New keys form a new chunk; chunks of similar size merge (a binary counter), so adding
-    keys costs amortised O(log n) per key and a lookup probes O(log n) hash tables instead
-    of rebuilding one table over all keys every batch.
-    """
-
-    def __init__(self) -> None:
-        self._chunks: list[tuple[pd.Index, int]] = []  # (keys, first slot)
-        self.size = 0
-
-    def lookup(self, keys: pd.Index) -> Slots:
-        """Slots of ``keys``; -1 for keys not in the index."""
-        slots = np.full(len(keys), -1, dtype=np.int64)
-        missing = np.arange(len(keys))
-        for chunk, first in self._chunks:
-            if not len(missing):
-                break
-            found = chunk.get_indexer(keys if len(missing) == len(keys) else keys.take(missing))
-            hit = found >= 0
-            slots[missing[hit]] = found[hit] + first
-            missing = missing[~hit]
-        return slots
-
-    def add(self, keys: pd.Index) -> Slots:
-        slots = np.arange(self.size, self.size + len(keys), dtype=np.int64)
-        self._chunks.append((keys, self.size))
-        self.size += len(keys)
-        while len(self._chunks) > 1 and len(self._chunks[-2][0]) <= 2 * len(self._chunks[-1][0]):
-            (older, first), (newer, _) = self._chunks[-2], self._chunks.pop()
-            self._chunks[-1] = (_appended([older, newer]), first)
-        return slots
-
-    def take(self, slots: Slots) -> pd.Index:
-        """The keys of ``slots``, in that order; touches only the chunks they live in."""
-        if not self._chunks:
-            return pd.Index([])
-        if len(self._chunks) == 1 or not len(slots):
-            return self._chunks[0][0].take(slots)
-        firsts = np.array([first for _, first in self._chunks])
-        owner = np.searchsorted(firsts, slots, side="right") - 1
-        order = np.argsort(owner, kind="stable")
-        pieces = []
-        for number in np.unique(owner):
-            chunk, first = self._chunks[number]
-            pieces.append(chunk.take(slots[order][owner[order] == number] - first))
-        grouped = _appended(pieces)
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(len(order))
-        return grouped.take(inverse)
 
 
 class KeyedStateStore:
@@ -156,8 +90,7 @@ class KeyedStateStore:
     def __init__(self, descriptors: dict[str, StateDescriptor]) -> None:
         self.descriptors = dict(descriptors)
         self.columns = {name: StateColumn(descriptor.arrow_type) for name, descriptor in descriptors.items()}
-        self._index = KeyIndex()
-        self._key_schema: pa.Schema | None = None
+        self._index = KeyTable()
         self._key_groups = np.zeros(0, dtype=np.int32)
         self._touched = np.zeros(0, dtype=bool)
 
@@ -173,15 +106,12 @@ class KeyedStateStore:
     ) -> tuple[Slots, npt.NDArray[np.int32]]:
         """:meth:`slots`, and the key group each key had before (-1: a new key), which tells a
         pre-keyed operator the keys it must check (see ``keyflow.state.splits``)."""
-        if self._key_schema is None:
-            self._key_schema = keys.schema
-        index = key_index(keys)
-        slots = self._index.lookup(index)
+        slots = self._index.lookup(keys)
         new = slots < 0
         previous = np.full(len(slots), -1, dtype=np.int32)
         previous[~new] = self._key_groups[slots[~new]]
         if new.any():
-            slots[new] = self._index.add(index[new])
+            slots[new] = self._index.add(keys.filter(pa.array(new)))
             size = self._index.size
             for column in self.columns.values():
                 column.grow(size)
@@ -231,14 +161,7 @@ class KeyedStateStore:
 
     def keys(self, slots: Slots) -> pa.Table:
         """The keys of ``slots``, as the key columns they came in."""
-        schema = self._key_schema or pa.schema([])
-        keys = self._index.take(slots)
-        frame = keys.to_frame(index=False) if isinstance(keys, pd.MultiIndex) else pd.DataFrame({0: keys})
-        columns = [
-            pa.array(frame.iloc[:, position], from_pandas=False).cast(field.type)
-            for position, field in enumerate(schema)
-        ]
-        return pa.Table.from_arrays(columns, schema=schema)
+        return self._index.take(slots)
 
     def to_table(self, slots: Slots) -> pa.Table:
         """Keys, key group and every state of ``slots`` as one Arrow table (the state file format)."""
@@ -257,24 +180,3 @@ class KeyedStateStore:
         for name, column in self.columns.items():
             column.set(slots, table.column(name))
         self._touched[slots] = False
-
-
-def _appended(indexes: list[pd.Index]) -> pd.Index:
-    """Indexes one after another. A MultiIndex is appended level by level: pandas' own
-    ``MultiIndex.append`` turns timezone-aware levels into NaT once appended twice (pandas 2.3)."""
-    if len(indexes) == 1:
-        return indexes[0]
-    first = indexes[0]
-    if not isinstance(first, pd.MultiIndex):
-        return first.append(indexes[1:])
-    levels = [
-        first.get_level_values(n).append([i.get_level_values(n) for i in indexes[1:]]) for n in range(first.nlevels)
-    ]
-    return pd.MultiIndex.from_arrays(levels, names=first.names)
-
-
-def key_index(keys: pa.Table) -> pd.Index:
-    frame = keys.to_pandas()
-    if keys.num_columns == 1:
-        return pd.Index(frame.iloc[:, 0])
-    return pd.MultiIndex.from_frame(frame)

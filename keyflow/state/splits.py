@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keyflow.keygroups import KEY_GROUP_COLUMN
-from keyflow.state.memory import KeyIndex, key_index
+from keyflow.state.key_index import KeyTable
 
 PREVIOUS_KEY_GROUP = "__keyflow_previous_key_group"
 """In a subtask's report of keys: the key group the key already had state in (null: new key)."""
@@ -41,13 +41,13 @@ class SplitIndex:
     already had state in the subtask under another key group, that one); :meth:`check` finds
     a key that is in two splits, also when the splits are read by different subtasks or in
     different micro-batches. Only new keys are reported and probed (in a hash index that grows
-    by chunks, see :class:`KeyIndex`), so a steady stream costs little however many keys it has.
+    by chunks, see :class:`KeyTable`), so a steady stream costs little however many keys it has.
     """
 
     def __init__(self, keys: Sequence[str], table: pa.Table | None = None) -> None:
         self.keys = tuple(keys)
         self.table: pa.Table | None = None  # every indexed key with its first key group, in order added
-        self._index = KeyIndex()
+        self._index = KeyTable()
         self._key_groups = np.empty(0, dtype=np.int32)
         if table is not None:
             self.add(table)
@@ -68,7 +68,7 @@ class SplitIndex:
         split = grouped.filter(pc.not_equal(lowest, highest))
         clashes.append(_pairs(split.select(keys), split[f"{KEY_GROUP_COLUMN}_min"], split[f"{KEY_GROUP_COLUMN}_max"]))
         first_seen = grouped.select(keys).append_column(KEY_GROUP_COLUMN, lowest.cast(pa.int32()))
-        slots = self._index.lookup(key_index(first_seen.select(keys)))
+        slots = self._index.lookup(first_seen.select(keys))
         known = slots >= 0
         before = self._key_groups[slots[known]]
         seen = first_seen.filter(pa.array(known))
@@ -98,7 +98,7 @@ class SplitIndex:
         """Index ``keys`` (new ones, as :meth:`check` returns them)."""
         if not keys.num_rows:
             return
-        self._index.add(key_index(keys.select(list(self.keys))))
+        self._index.add(keys.select(list(self.keys)))
         groups = keys[KEY_GROUP_COLUMN].to_numpy().astype(np.int32)
         self._key_groups = np.concatenate([self._key_groups, groups])
         self.table = keys if self.table is None else pa.concat_tables([self.table, keys.cast(self.table.schema)])

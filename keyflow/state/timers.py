@@ -27,7 +27,8 @@ from keyflow.plan.event_time import (
     next_timer_column,
     timers_column,
 )
-from keyflow.state.memory import KeyedStateStore, Slots
+from keyflow.state.key_index import Slots
+from keyflow.state.memory import KeyedStateStore
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 LATEST_DATETIME = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999 in microseconds
