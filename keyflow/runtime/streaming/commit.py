@@ -27,7 +27,7 @@ from keyflow.errors import RestoreError
 from keyflow.paths import exists, filesystem
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.event_time import NO_WATERMARK
-from keyflow.plan.nodes import Node, SourceNode
+from keyflow.plan.nodes import Node
 from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.streaming.faults import fault
 from keyflow.runtime.streaming.prekeyed import PreKeyedSource
@@ -78,10 +78,9 @@ def commit_micro_batch(
     # its own (~0.1 s apart) and coalesce the aggregation's partitions keyflow sized already.
     frame.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")
     state = keyed_state(stream, batch)
-    source_node = plan.nodes[stream.source_id]
-    cached = frame.persist() if isinstance(source_node, SourceNode) and source_node.watermark is not None else None
-    frame = cached or frame  # read once: by the watermark's job and by the micro-batch's
-    time_now, watermarks, frame = batch_time(plan, source_node, frame, stream.manifest, first_of_run)
+    # The watermark's job reads the source's rows again (replayable: the same offsets, the same
+    # rows); caching them cost more than reading the event-time column twice.
+    time_now, watermarks, frame = batch_time(plan, plan.nodes[stream.source_id], frame, stream.manifest, first_of_run)
     observation = Observation()
     source = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
     builder = FrameBuilder(frame.sparkSession, plan, {stream.source_id: source}, state, time=time_now)
@@ -115,8 +114,6 @@ def commit_micro_batch(
         retain(checkpoint, plan.config.get(CHECKPOINTS_NUM_RETAINED))
     finally:
         builder.release()
-        if cached is not None:
-            cached.unpersist()
     metrics = BatchMetrics(
         batch, plan.parallelism, _observed_rows(observation), outputs, len(written),
         sum(f.bytes for f in written), time.perf_counter() - started, conflicts,
