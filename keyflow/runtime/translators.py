@@ -300,8 +300,8 @@ def _assigned(node: KeyedNode, windowing: Windowing, frame: DataFrame, context: 
     count = context.reject(None) if windowing.late_rows is None else None
     if windowing.late_rows is not None and context.persist is not None:
         frame = context.persist(frame)  # read by the window and by its late rows: its inputs run once
-    assigned = split_late(windowing, frame, context.time.watermark_before, count)
-    if windowing.late_rows is not None:
+    assigned = split_late(windowing, frame, context.time.watermark_before, count, windowing.late_rows is not None)
+    if assigned.rejected is not None:
         context.reject(assigned.rejected)
     return assigned.rows
 

@@ -23,67 +23,81 @@ REASON = "reason"
 
 @dataclass
 class Assigned:
-    """Rows with their window(s), and the rows that have none (late, or no event time)."""
+    """Rows with their window(s), and the rows that have none (late, or no event time) when asked for."""
 
     rows: DataFrame
-    rejected: DataFrame
+    rejected: DataFrame | None
 
 
 def event_micros(column: str) -> Column:
     """Event time in microseconds; null where the column is null or does not parse as a timestamp."""
-    return F.unix_micros(F.col(column).try_cast("timestamp"))
+    return F.expr(_micros_sql(column))
 
 
-def split_late(windowing: Windowing, frame: DataFrame, watermark_before: int, count: Observation | None) -> Assigned:
+def _micros_sql(column: str) -> str:
+    quoted = "`" + column.replace("`", "``") + "`"
+    return f"unix_micros(try_cast({quoted} AS TIMESTAMP))"
+
+
+def split_late(
+    windowing: Windowing, frame: DataFrame, watermark_before: int, count: Observation | None, rejected: bool
+) -> Assigned:
     """Rows with an event time whose last window is still open (or within the lateness), and
-    the others with their reason; ``count`` observes how many were rejected."""
-    rows = frame.withColumn(EVENT_MICROS, event_micros(windowing.time_column))
+    (with ``rejected``) the others with their reason; ``count`` observes how many were rejected.
+    Expressions are SQL text: each Py4J call to build a column costs about a millisecond, and a
+    micro-batch builds these anew (the watermark is in them)."""
     assigner, lateness = windowing.assigner, windowing.allowed_lateness
-    if assigner.merging:  # a row alone makes the session [ts, ts + gap)
-        last_end = F.col(EVENT_MICROS) + F.lit(assigner.gap)
-    else:
-        last_end = _last_start(assigner) + F.lit(assigner.size)
-    null = F.col(EVENT_MICROS).isNull()
+    # a row alone makes the session [ts, ts + gap)
+    window_end = (
+        f"{EVENT_MICROS} + {assigner.gap}" if assigner.merging else f"{_last_start(assigner)} + {assigner.size}"
+    )
     # A session row is late only once merged with the key's open sessions: the worker decides.
     judged = watermark_before != NO_WATERMARK and not assigner.merging
-    late = last_end - 1 + lateness <= F.lit(watermark_before) if judged else F.lit(False)
-    flagged = rows.withColumn(REJECTED, null | late)
+    late = f" OR {window_end} - 1 + {lateness} <= {watermark_before}" if judged else ""
+    flagged = frame.withColumn(EVENT_MICROS, F.expr(_micros_sql(windowing.time_column))).withColumn(
+        REJECTED, F.expr(f"{EVENT_MICROS} IS NULL{late}")
+    )
     if count is not None:
-        flagged = flagged.observe(count, F.sum(F.col(REJECTED).cast("long")).alias("rows"))
+        flagged = flagged.observe(count, F.expr(f"sum(CAST({REJECTED} AS BIGINT)) AS rows"))
+    accepted = flagged.where(f"NOT {REJECTED}").drop(REJECTED)
+    if not rejected:
+        return Assigned(accepted, None)
     watermark = iso_micros(watermark_before)
+    null = F.col(EVENT_MICROS).isNull()
     reason = F.when(null, F.lit(f"event time {windowing.time_column!r} is null or not a timestamp")).otherwise(
         F.format_string(
             f"late: its last window ends at %s; the watermark {watermark} had passed its last microsecond plus the "
             f"allowed lateness ({lateness} us)",
-            F.timestamp_micros(last_end).cast("string"),
+            F.expr(f"CAST(timestamp_micros({window_end}) AS STRING)"),
         )
     )
-    rejected = flagged.filter(F.col(REJECTED)).withColumn(REASON, reason).drop(EVENT_MICROS, REJECTED)
-    return Assigned(flagged.filter(~F.col(REJECTED)).drop(REJECTED), rejected)
+    late_rows = flagged.where(REJECTED).withColumn(REASON, reason).drop(EVENT_MICROS, REJECTED)
+    return Assigned(accepted, late_rows)
 
 
 def with_windows(windowing: Windowing, rows: DataFrame, watermark_before: int) -> DataFrame:
     """Tumbling or sliding: one row per (row, window) with ``window_start``/``window_end``
     (microseconds in ``__start_us``); windows past the watermark and lateness are left out."""
     assigner = windowing.assigner
-    last_start = _last_start(assigner)
     count = -(-assigner.size // assigner.slide)  # Flink: from the last start back while start > ts - size
     if count == 1:
-        windowed = rows.withColumn("__start_us", last_start)
+        windowed = rows.withColumn("__start_us", F.expr(_last_start(assigner)))
     else:
-        windowed = rows.withColumn("__back", F.explode(F.sequence(F.lit(0), F.lit(count - 1))))
-        windowed = windowed.withColumn("__start_us", last_start - F.col("__back") * F.lit(assigner.slide))
-        if assigner.size % assigner.slide:
-            windowed = windowed.filter(F.col("__start_us") > F.col(EVENT_MICROS) - F.lit(assigner.size))
-    if watermark_before != NO_WATERMARK and count > 1:
-        open_ = F.col("__start_us") + F.lit(assigner.size - 1 + windowing.allowed_lateness) > F.lit(watermark_before)
-        windowed = windowed.filter(open_)
-    return windowed.withColumn(WINDOW_START, F.timestamp_micros(F.col("__start_us"))).withColumn(
-        WINDOW_END, F.timestamp_micros(F.col("__start_us") + F.lit(assigner.size))
+        windowed = rows.withColumn("__back", F.expr(f"explode(sequence(0, {count - 1}))"))
+        windowed = windowed.withColumn("__start_us", F.expr(f"{_last_start(assigner)} - __back * {assigner.slide}"))
+        conditions = [f"__start_us > {EVENT_MICROS} - {assigner.size}"] if assigner.size % assigner.slide else []
+        if watermark_before != NO_WATERMARK:
+            conditions.append(f"__start_us + {assigner.size - 1 + windowing.allowed_lateness} > {watermark_before}")
+        if conditions:
+            windowed = windowed.where(" AND ".join(conditions))
+    return windowed.withColumns(
+        {
+            WINDOW_START: F.expr("timestamp_micros(__start_us)"),
+            WINDOW_END: F.expr(f"timestamp_micros(__start_us + {assigner.size})"),
+        }
     )
 
 
-def _last_start(assigner: WindowAssigner) -> Column:
+def _last_start(assigner: WindowAssigner) -> str:
     """The start of the latest window holding the row: Flink's ``TimeWindow.getWindowStartWithOffset``."""
-    micros = F.col(EVENT_MICROS)
-    return micros - F.pmod(micros - F.lit(assigner.offset), F.lit(assigner.slide))
+    return f"({EVENT_MICROS} - pmod({EVENT_MICROS} - {assigner.offset}, {assigner.slide}))"
