@@ -24,7 +24,7 @@ with a watermark of 10 s out of orderness, at parallelism 2 (Spark's
    sessions open and close all the time. Both are first checked against each other and a
    pandas reference on a small input (the bench stops if they differ). Metric: steady rows/s
    as in 1. Target >= 2x. ``transformWithStateInPandas`` needs ``protobuf`` (>= 6.33.5 for
-   PySpark 4.3) importable by Spark's Python workers.
+   PySpark 4.3; pinned in requirements.lock) importable by Spark's Python workers.
 3. ``latency``: per window of a 1-minute tumbling count (10k users), the micro-batch whose
    rows move the watermark past the window's end (``b``) and the micro-batch whose commit
    holds the window's row (``e``), both written to Parquet: ``e - b`` micro-batches, and the
