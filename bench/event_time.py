@@ -642,6 +642,7 @@ def main() -> None:
     if not len(args.rows_per_batch) == len(args.batches) == len(args.keys):
         parser.error("give one --rows-per-batch and one --batches per --keys value")
     work = Path(tempfile.mkdtemp(prefix="keyflow-bench-event-time-"))
+    keep = False
     try:
         progress("warm-up")
         warm_up(work, args)
@@ -653,8 +654,13 @@ def main() -> None:
             sessions_figure(work, args)
         if args.only in (None, "latency"):
             latency_figure(work, args)
+    except AssertionError:  # a correctness check failed: keep its inputs and outputs to look at
+        keep = True
+        progress(f"a check failed; its data and outputs are kept in {work}")
+        raise
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
