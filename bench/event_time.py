@@ -52,9 +52,7 @@ import importlib.util
 import shutil
 import statistics
 import tempfile
-import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +62,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from typing_extensions import override
 
 from bench.report import emit, emit_best_and_median, progress
+from bench.triggers import Triggers
 from keyflow import (
     FiredTimers,
     KeyedBatch,
@@ -129,44 +127,6 @@ def batch_max_event_time_us(directory: Path) -> list[int]:
 # --- timing ---------------------------------------------------------------------------
 
 
-class Triggers(StreamingQueryListener):
-    """Start time, ``triggerExecution`` and input rows of every micro-batch of every query, as
-    Spark's listener bus reports them: the same measure for keyflow's query and Spark's own."""
-
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-        self.batches: dict[tuple[str, int], tuple[float, float, int]] = {}
-
-    @override
-    def onQueryStarted(self, event: Any) -> None:
-        self.queries.append(str(event.id))
-
-    @override
-    def onQueryProgress(self, event: Any) -> None:
-        p = event.progress
-        started = datetime.fromisoformat(p.timestamp.replace("Z", "+00:00")).timestamp()
-        self.batches[(str(p.id), p.batchId)] = (started, p.durationMs["triggerExecution"] / 1000, p.numInputRows)
-
-    @override
-    def onQueryIdle(self, event: Any) -> None:
-        return None
-
-    @override
-    def onQueryTerminated(self, event: Any) -> None:
-        return None
-
-    def of(self, query: str, timeout: float = 30.0, at_least: int = 0) -> list[tuple[float, float, int]]:
-        """``(start, seconds, input rows)`` of each micro-batch of ``query``, in order, once the
-        bus has delivered them (``at_least`` batches)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = sorted((b, v) for (q, b), v in self.batches.items() if q == query)
-            if len(found) >= at_least and [b for b, _ in found] == list(range(len(found))):
-                return [v for _, v in found]
-            time.sleep(0.05)
-        raise RuntimeError(f"the listener did not report {at_least} micro-batches of query {query}")
-
-
 TRIGGERS = Triggers()
 
 
@@ -179,9 +139,7 @@ def session(args: argparse.Namespace) -> SparkSession:
         },
         app_name="bench",
     )
-    if not getattr(spark, "_event_time_bench_listener", False):
-        spark.streams.addListener(TRIGGERS)
-        spark._event_time_bench_listener = True  # type: ignore[attr-defined]
+    TRIGGERS.attach(spark)
     spark.conf.set("spark.sql.shuffle.partitions", str(args.parallelism))
     return spark
 

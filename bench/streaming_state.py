@@ -33,17 +33,15 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQueryListener
-from typing_extensions import override
 
 from bench.report import emit, emit_best_and_median, progress
+from bench.triggers import Triggers
 from keyflow import Pipeline, blackhole, files
 from keyflow.runtime.session import spark_session
 from keyflow.runtime.streaming import BatchMetrics
@@ -78,7 +76,7 @@ def keyflow_run(
 ) -> list[BatchMetrics]:
     """All batches through a keyflow streaming aggregate; ``rescale[i]`` is the parallelism from batch i.
     Without a rescale each batch's ``seconds`` is Spark's ``triggerExecution`` of it, the peer's measure."""
-    spark_session({"spark.master": f"local[{parallelism}]"}, app_name="bench").streams.addListener(TRIGGERS)
+    TRIGGERS.attach(spark_session({"spark.master": f"local[{parallelism}]"}, app_name="bench"))
     pipeline = Pipeline(
         parallelism=parallelism,
         config={
@@ -108,40 +106,7 @@ def keyflow_run(
     return metrics
 
 
-class TriggerTimes(StreamingQueryListener):
-    """Spark's ``triggerExecution`` of every micro-batch of every query, as its listener bus
-    reports them: the same measure for keyflow's query and Spark's own."""
-
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-        self.times: dict[tuple[str, int], float] = {}
-
-    @override
-    def onQueryStarted(self, event: Any) -> None:
-        self.queries.append(str(event.id))
-
-    @override
-    def onQueryProgress(self, event: Any) -> None:
-        progress = event.progress
-        self.times[(str(progress.id), progress.batchId)] = progress.durationMs["triggerExecution"] / 1000
-
-    @override
-    def onQueryIdle(self, event: Any) -> None:
-        return None
-
-    @override
-    def onQueryTerminated(self, event: Any) -> None:
-        return None
-
-    def seconds(self, query: str, batches: list[int], timeout: float = 30.0) -> list[float]:
-        """The times of ``batches`` of ``query``, once the listener bus has delivered them."""
-        deadline = time.monotonic() + timeout
-        while any((query, b) not in self.times for b in batches) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return [self.times[(query, b)] for b in batches]
-
-
-TRIGGERS = TriggerTimes()
+TRIGGERS = Triggers()
 
 
 def spark_run(spark: SparkSession, data: Path, work: Path, provider: str, where: str = "true") -> list[float]:
