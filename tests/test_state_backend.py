@@ -20,7 +20,7 @@ from keyflow.state.assignment import delta_depth, needed_files
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.durable import CheckpointedState
 from keyflow.state.integrity import retain, verify
-from keyflow.state.key_index import KeyIndex, KeyTable
+from keyflow.state.key_index import KeyIndex, KeyTable, PairCodes
 from keyflow.state.manifests import Manifest
 from keyflow.state.memory import KeyedStateStore
 from keyflow.state.state_files import restore, write_state_file
@@ -221,6 +221,11 @@ def test_key_table_matches_a_dict(batches, columns) -> None:
         assert taken.schema == schema
         as_ints = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in taken.columns]
         assert list(zip(*(c.to_pylist() for c in as_ints), strict=True)) == in_order[::-1]
+
+
+def test_a_key_column_beyond_2_31_distinct_values_is_a_clear_error() -> None:
+    with pytest.raises(OverflowError, match=r"more than 2\*\*31 distinct values of a key column in one subtask; raise"):
+        PairCodes().add(np.array([2**31], dtype=np.int64), np.array([0], dtype=np.int64))
 
 
 def test_a_checkpoint_workers_cannot_see_is_an_error(tmp_path: Path) -> None:
