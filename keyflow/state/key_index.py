@@ -95,36 +95,27 @@ class ColumnCodes:
 
 
 class PairCodes:
-    """Pairs of codes (``left``, ``right``) → dense codes: the pair packed into one int64."""
+    """Pairs of codes (``left``, ``right``) → dense codes: each pair packed into one int64,
+    coded as a column of int64 values."""
 
     def __init__(self) -> None:
-        self._index = KeyIndex()
-        self._packed = np.empty(0, dtype=np.int64)  # by code
+        self._codes = ColumnCodes(pa.int64())
 
     def lookup(self, left: Slots, right: Slots) -> Slots:
         codes = np.full(len(left), -1, dtype=np.int64)
         known = np.flatnonzero((left >= 0) & (right >= 0))
-        codes[known] = self._index.lookup(pd.Index(_pack(left[known], right[known])))
+        codes[known] = self._codes.lookup(_pack(left[known], right[known]))
         return codes
 
     def add(self, left: Slots, right: Slots) -> Slots:
         """Codes for distinct pairs never seen."""
-        packed = _pack(left, right)
-        self._packed = np.concatenate([self._packed, packed])
-        return self._index.add(pd.Index(packed))
+        return self._codes.add(_pack(left, right))
 
     def intern(self, left: Slots, right: Slots) -> Slots:
-        packed = pd.Index(_pack(left, right))
-        codes = self._index.lookup(packed)
-        missing = np.flatnonzero(codes < 0)
-        if len(missing):
-            positions, uniques = pd.factorize(packed.take(missing))
-            self._packed = np.concatenate([self._packed, np.asarray(uniques, dtype=np.int64)])
-            codes[missing] = self._index.add(pd.Index(uniques))[positions]
-        return codes
+        return self._codes.intern(_pack(left, right))
 
     def unpack(self, codes: Slots) -> tuple[Slots, Slots]:
-        packed = self._packed[codes]
+        packed = np.asarray(self._codes.values(codes).to_numpy(), dtype=np.int64)
         return packed >> 32, packed & _LOW_BITS
 
 
@@ -180,10 +171,10 @@ def _column(keys: pa.Table, number: int) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-def _pack(left: Slots, right: Slots) -> Slots:
+def _pack(left: Slots, right: Slots) -> pa.Array:
     if len(left) and (left.max() >= 2**31 or right.max() >= 2**32):
         raise OverflowError("more than 2**31 distinct values of a key column in one subtask; raise the parallelism")
-    return (left.astype(np.int64) << 32) | right.astype(np.int64)
+    return pa.array((left.astype(np.int64) << 32) | right.astype(np.int64), pa.int64())
 
 
 def _hashable(values: pa.Array) -> pd.Index:

@@ -1,9 +1,9 @@
 """In-memory keyed state of one operator subtask (batch runs; streaming persists it).
 
-Keys map to dense slots through :class:`~keyflow.state.key_index.KeyTable` (C hash tables), and each declared
-state is one column over slots: fixed-width types in typed NumPy arrays with a validity
-mask, everything else (strings, lists, maps) as Python objects. Reads and writes take
-whole arrays of slots; nothing loops over records.
+Keys map to dense slots through :class:`~keyflow.state.key_index.KeyTable` (C hash
+tables), and each declared state is one column over slots: fixed-width types in typed
+NumPy arrays with a validity mask, everything else (strings, lists, maps) as Python
+objects. Reads and writes take whole arrays of slots; nothing loops over records.
 """
 
 from __future__ import annotations
