@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from keyflow import Log, Pipeline, StateTtlConfig, ValueState, WatermarkStrategy, files, log, parquet, tumbling
+from keyflow.errors import PlanError
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.inspect import describe_checkpoint
 from tests.event_time import (
@@ -181,3 +182,22 @@ def test_an_idle_split_stops_holding_the_watermark_after_the_idleness_timeout(sp
         job.stop()
     marks = describe_checkpoint(Checkpoint(str(tmp_path / "ckpt")))["watermarks"]
     assert [m["watermark"] for m in marks] == [(late.ts.max() - pd.Timedelta(microseconds=30_000_001)).isoformat()]
+
+
+def test_an_event_time_column_spark_finds_wrong_at_start_is_a_plan_error(spark, tmp_path: Path) -> None:
+    """A source that tells its columns only to Spark (files): the watermark's column missing, or
+    a timestamp without time zone, stops the run at start, naming the column and the fix."""
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"user": ["a"], "ts": pa.array([0], pa.timestamp("us"))}), tmp_path / "in" / "a.parquet")
+    cases = {
+        "user string, at timestamp": r"event-time column 'ts' is not among its columns \['user', 'at'\]; name a",
+        "user string, ts timestamp_ntz": r"'ts' is a timestamp without time zone \(timestamp_ntz\).*tz='UTC'",
+    }
+    for number, (schema, message) in enumerate(cases.items()):
+        pipeline = Pipeline(config=config(1))
+        source = files(tmp_path / "in", schema=schema, watch=True)
+        pipeline.source(source, watermark=WatermarkStrategy.for_monotonous_timestamps("ts")).sink(
+            parquet(tmp_path / "o")
+        )
+        with pytest.raises(PlanError, match=message):
+            pipeline.run(checkpoint=str(tmp_path / f"ckpt-{number}"), available_now=True)
