@@ -28,8 +28,9 @@ def conform_to(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 Type = str | None
 """A column's type as far as the plan's checks tell types apart: ``numeric``, ``string``,
-``boolean``, ``date``, ``timestamp``, ``array``, ``struct``, ``map``; None where not known or
-none of these. Spark's own type is decided when it reads the data."""
+``boolean``, ``date``, ``timestamp``, ``timestamp_ntz`` (declared without time zone),
+``array``, ``struct``, ``map``; None where not known or none of these. Spark's own type is
+decided when it reads the data."""
 
 _ARROW_TYPES = (
     (pa.types.is_boolean, "boolean"),
@@ -45,7 +46,8 @@ _T = exp.DataType.Type
 _DDL_TYPES = {
     **dict.fromkeys(exp.DataType.NUMERIC_TYPES, "numeric"),
     **dict.fromkeys(exp.DataType.TEXT_TYPES, "string"),
-    **dict.fromkeys((_T.TIMESTAMP, _T.TIMESTAMPTZ, _T.TIMESTAMPNTZ, _T.TIMESTAMPLTZ), "timestamp"),
+    **dict.fromkeys((_T.TIMESTAMP, _T.TIMESTAMPTZ, _T.TIMESTAMPLTZ), "timestamp"),
+    _T.TIMESTAMPNTZ: "timestamp_ntz",
     _T.BOOLEAN: "boolean",
     _T.DATE: "date",
     _T.ARRAY: "array",

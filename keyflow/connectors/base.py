@@ -93,6 +93,14 @@ class KnowsTypes(KnowsColumns, Protocol):
 
 
 @runtime_checkable
+class DeclaresTypes(Protocol):
+    """A source with some of its columns' types declared (files with a schema), though Spark
+    may find more columns (partition directories)."""
+
+    def declared_types(self) -> dict[str, str | None]: ...
+
+
+@runtime_checkable
 class ChangelogSource(Protocol):
     """A source whose rows may be changes: ``changelog_mode`` is ``insert`` (rows are
     inserts), ``upsert`` (a row replaces its primary key's; its other columns all null

@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from keyflow.connectors.base import Moves
 from keyflow.errors import DataError, PlanError
 from keyflow.paths import absolute, exists, filesystem, is_uri
+from keyflow.schemas import Type, schema_columns
 
 FORMATS = ("parquet", "json", "csv")
 # Malformed JSON/CSV records fail the job by default instead of silently becoming nulls.
@@ -42,6 +43,10 @@ class FileSource:
         if self.schema:
             described["schema"] = self.schema
         return described
+
+    def declared_types(self) -> dict[str, Type]:
+        """The declared schema's columns; Spark may add partition columns (``dt=...``) to them."""
+        return (schema_columns(self.schema) if self.schema else None) or {}
 
     def read(self, spark: SparkSession, parallelism: int) -> DataFrame:
         if not _exists(self.path):

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from keyflow.changelog import DELETED, OP
 from keyflow.config import Config
-from keyflow.connectors.base import ChangelogSource, KnowsColumns, KnowsTypes, Sink, Source
+from keyflow.connectors.base import ChangelogSource, DeclaresTypes, KnowsColumns, KnowsTypes, Sink, Source
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
 from keyflow.plan.columns import output_columns
@@ -35,7 +35,8 @@ def check_event_time(label: str, source: object, strategy: object) -> None:
             f"source {label!r} watermark={strategy!r} is not a watermark strategy; pass e.g. "
             "WatermarkStrategy.for_bounded_out_of_orderness('ts', '5 s')"
         )
-    types = source.column_types() if isinstance(source, KnowsTypes) else None
+    types = source.declared_types() if isinstance(source, DeclaresTypes) else None
+    types = source.column_types() if isinstance(source, KnowsTypes) else types
     columns = source.column_names() if isinstance(source, KnowsColumns) else None
     if columns is not None and strategy.column not in columns:
         raise PlanError(
