@@ -19,6 +19,7 @@ from keyflow import (
     StateTtlConfig,
     ValueState,
     WatermarkStrategy,
+    files,
     log,
     parquet,
     session,
@@ -26,14 +27,14 @@ from keyflow import (
     tumbling,
 )
 from keyflow.cli.app import app
-from keyflow.errors import PlanError
+from keyflow.errors import PlanError, WorkerError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan.aggregates import parse_aggregations
 from keyflow.plan.descriptors import with_ttl_columns
 from keyflow.plan.durations import duration
 from keyflow.plan.event_time import END_OF_INPUT, EVENT_TIME, NO_WATERMARK, PROCESSING_TIME, timer_state
 from keyflow.runtime.windows import END_MICROS, START_MICROS, SessionMerge, WindowMerge, _merge_sessions
-from keyflow.runtime.workers import KeyedRunner, KeyedTask
+from keyflow.runtime.workers import KeyedRunner, KeyedTask, TimedUserProcess
 from keyflow.state.durable import MemoryState
 from keyflow.state.keyed import ListStateView, ValueStateView, expire
 from keyflow.state.memory import KeyedStateStore
@@ -120,6 +121,31 @@ def test_timers_fire_in_timestamp_order_across_keys() -> None:
     while len((due := pop_due(store, EVENT_TIME, 100))[0]):
         fired += list(zip(store.keys(due[0]).column("k").to_pylist(), due[1].tolist(), strict=True))
     assert fired == [("A", 10), ("A", 12), ("B", 15)]
+
+
+def test_on_timer_that_keeps_registering_due_timers_stops_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timer registered at or before the time it fires at fires again in the next round (as in
+    Flink); an on_timer that always does so is stopped after MAX_ROUNDS, not left looping."""
+    monkeypatch.setattr(TimedUserProcess, "MAX_ROUNDS", 5)
+    fired: list[int] = []
+
+    def on_timer(timers, state):  # type: ignore[no-untyped-def]
+        fired.append(timers.timestamps[0].value)
+        state.timers.register_event_time_timer([timers.timestamps[0].value])  # due again at once
+        return pa.table({"k": timers.keys.column("k")})
+
+    def register(batch, state):  # type: ignore[no-untyped-def]
+        state.timers.register_event_time_timer([10] * batch.num_keys)
+        return pa.table({"k": batch.keys.column("k")})
+
+    process = TimedUserProcess(register, on_timer, "process 'p'")
+    with pytest.raises(WorkerError) as raised:
+        run_keyed(process, ("k",), pa.schema([("k", pa.string())]), timer_state(), [pa.table({"k": ["a"]})],
+                  TaskTime(NO_WATERMARK, 100, 0))  # fmt: skip
+    message = str(raised.value)
+    assert "process 'p': 5 rounds of event time timers in one micro-batch" in message
+    assert "register later timers (e.g. timestamp + interval)" in message
+    assert fired == [10] * 5
 
 
 def test_timers_of_one_key_fire_in_timestamp_order_across_rounds() -> None:
@@ -301,6 +327,9 @@ def test_a_watermark_on_a_missing_or_non_timestamp_column_is_a_plan_error(tmp_pa
         Pipeline().source(log(path), watermark=WatermarkStrategy.for_monotonous_timestamps("n"))
     with pytest.raises(PlanError, match="watermark='ts' is not a watermark strategy"):
         Pipeline().source(log(path), watermark="ts")
+    declared = files(str(tmp_path / "in"), schema="user string, ts timestamp_ntz", watch=True)
+    with pytest.raises(PlanError, match=r"'ts' is a timestamp without time zone \(timestamp_ntz\).*tz='UTC'"):
+        Pipeline().source(declared, watermark=WatermarkStrategy.for_monotonous_timestamps("ts"))
 
 
 def test_window_and_timer_mistakes_are_plan_errors(tmp_path: Path) -> None:

@@ -140,9 +140,10 @@ class TimedUserProcess(UserProcess):
                     raise _not_a_table(f"{self.operator}'s on_timer", result)
                 yield result
             else:
+                kind = domain.replace("_", " ")
                 raise WorkerError(
                     DataError(
-                        f"{self.operator}: {self.MAX_ROUNDS:,} rounds of {domain} timers in one micro-batch (a key "
+                        f"{self.operator}: {self.MAX_ROUNDS:,} rounds of {kind} timers in one micro-batch (a key "
                         "with that many due timers, or on_timer registering timers at or before the time they fire "
                         "at); register later timers (e.g. timestamp + interval) or fewer per key"
                     )
