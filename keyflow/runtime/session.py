@@ -11,6 +11,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from keyflow.errors import ConfigError
+from keyflow.runtime import class_archive
 from keyflow.runtime.errors import first_line
 from keyflow.runtime.java import JavaNotFoundError, require_java
 
@@ -41,7 +42,7 @@ def spark_session(conf: Mapping[str, str] | None = None, app_name: str = "keyflo
     defaults = {
         "spark.master": DEFAULT_MASTER,
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG} {class_archive.java_options()}",
     }
     for key, value in {**defaults, **settings}.items():
         builder = builder.config(key, value)
