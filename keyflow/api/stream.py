@@ -93,6 +93,19 @@ class Stream:
         """
         return self._then(self._builder.map_batches(self.node_id, function, schema, batch_format, name, parallelism))
 
+    def union(self, *others: Stream, name: str = "union") -> Stream:
+        """The rows of this stream and of ``others`` (Flink's ``union``), matched by column name:
+        every stream must have the same column names and types. Sources may differ, bounded
+        or not; with event time, the union's watermark is the smallest of its inputs'."""
+        if not others:
+            raise PlanError("union(...) needs one or more other streams: a.union(b, c)")
+        for other in others:
+            if not isinstance(other, Stream):
+                raise PlanError(f"union(...) takes streams, got {other!r}")
+            if other.pipeline is not self.pipeline:
+                raise PlanError("union(...) of a stream of another pipeline; build both streams from one Pipeline")
+        return self._then(self._builder.union([self.node_id, *(other.node_id for other in others)], name))
+
     def key_by(self, *keys: str, on_null: Any = None) -> KeyedStream:
         """Partition by key: rows with equal keys meet in one subtask, in one key group.
 

@@ -20,7 +20,7 @@ from keyflow.config import Config
 from keyflow.connectors.base import ChangelogSource, DeclaresTypes, KnowsColumns, KnowsTypes, Sink, Source
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
-from keyflow.plan.columns import output_columns
+from keyflow.plan.columns import output_columns, union_problems
 from keyflow.plan.compile import CompiledPlan, compile_plan
 from keyflow.plan.descriptors import StateDescriptor, StateTtlConfig
 from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner
@@ -213,6 +213,24 @@ class PlanBuilder:
             schema=schema,
             batch_format=batch_format,
         )
+
+    def union(self, input_ids: Sequence[int], name: str = "union") -> int:
+        """The rows of every input; their columns must have the same names (and types, where known)."""
+        if len(set(input_ids)) != len(input_ids):
+            raise PlanError("union(...) of a stream with itself: every row would be there twice; union other streams")
+        problems = union_problems(self._nodes, input_ids)
+        if problems:
+            raise PlanError(*problems)
+        changelogs = [self.is_changelog(input_id) for input_id in input_ids]
+        if any(changelogs) and not all(changelogs):
+            labels = [
+                self._nodes[i].name for i, is_changelog in zip(input_ids, changelogs, strict=True) if is_changelog
+            ]
+            raise PlanError(
+                f"union(...) of a changelog ({labels}: rows with updates and deletes in 'op') and streams of inserts; "
+                "union changelogs with changelogs only"
+            )
+        return self._add(nodes.UnionNode, tuple(input_ids), name, None)
 
     def key_by(self, keys: Sequence[str], on_null: object = None, reinterpreted: bool = False) -> Keying:
         """``on_null``: None, or a sink for rows with a null key."""

@@ -12,7 +12,7 @@ sqlglot cannot read is passed on: Spark checks both.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sqlglot import exp
 
@@ -30,6 +30,7 @@ from keyflow.plan.nodes import (
     SelectNode,
     SinkNode,
     SourceNode,
+    UnionNode,
     WindowAggregateNode,
     WindowProcessNode,
     WithColumnsNode,
@@ -56,6 +57,8 @@ def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) ->
         return _source_columns(node.source)
     if isinstance(node, (MapBatchesNode, ProcessNode, WindowProcessNode)):
         return schema_columns(node.schema)
+    if isinstance(node, UnionNode):
+        return _union_columns([output_columns(nodes, input_id, known) for input_id in node.inputs])
     upstream = output_columns(nodes, node.inputs[0], known) if node.inputs else None
     if upstream is None:
         return None
@@ -73,6 +76,47 @@ def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) ->
     if isinstance(node, NormalizeNode):
         return None  # internal columns (offsets, deletes) are dropped at run time
     return upstream
+
+
+def _union_columns(inputs: list[Columns]) -> Columns:
+    """A union's columns: its first input's, each with the type its inputs agree on (if known)."""
+    if any(columns is None for columns in inputs):
+        return None
+    first = inputs[0]
+    assert first is not None
+    return {name: _agreed([columns.get(name) for columns in inputs if columns is not None]) for name in first}
+
+
+def _agreed(types: list[Type]) -> Type:
+    return types[0] if len(set(types)) == 1 else None
+
+
+def union_problems(nodes: Mapping[int, Node], input_ids: Sequence[int]) -> list[str]:
+    """Inputs of a union whose columns differ (by name; by type where both are known) from the first's."""
+    known: dict[int, Columns] = {}
+    first_id, *others = input_ids
+    first = output_columns(nodes, first_id, known)
+    problems = []
+    for other_id in others:
+        columns = output_columns(nodes, other_id, known)
+        if first is None or columns is None:
+            continue  # Spark checks what the plan cannot tell
+        a, b = nodes[first_id].name, nodes[other_id].name
+        only_a, only_b = [c for c in first if c not in columns], [c for c in columns if c not in first]
+        if only_a or only_b:
+            problems.append(
+                f"union(...): {a!r} and {b!r} have different columns: only {a!r} has {only_a}, only {b!r} has "
+                f"{only_b}; select or rename the columns so both have the same names"
+            )
+            continue
+        typed = [c for c in first if first[c] and columns[c] and first[c] != columns[c]]
+        if typed:
+            differ = ", ".join(f"{c} ({first[c]} vs {columns[c]})" for c in typed)
+            problems.append(
+                f"union(...): {a!r} and {b!r} have columns of different types: {differ}; cast them to one type "
+                "with select(...) first"
+            )
+    return problems
 
 
 def _source_columns(source: object) -> Columns:

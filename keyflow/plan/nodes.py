@@ -96,6 +96,16 @@ class MapBatchesNode(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class UnionNode(Node):
+    """The rows of every input, matched by column name (Flink's ``union``): no state, no order."""
+
+    kind: ClassVar[str] = "union"
+
+    def describe(self) -> dict[str, Any]:
+        return {"inputs": len(self.inputs)}
+
+
+@dataclass(frozen=True, eq=False)
 class KeyedNode(Node):
     """An operator that needs its input partitioned by key group."""
 
@@ -267,7 +277,7 @@ def emits_changelog(nodes: Mapping[int, Node], node_id: int) -> bool:
         return node.changelog
     if isinstance(node, SourceNode):
         return changelog_mode(node.source) == "all"
-    if isinstance(node, (SelectNode, FilterNode, WithColumnsNode, MapBatchesNode)):
+    if isinstance(node, (SelectNode, FilterNode, WithColumnsNode, MapBatchesNode, UnionNode)):
         return emits_changelog(nodes, node.inputs[0])  # they must keep ``op`` (checked when they run)
     return False
 
@@ -278,10 +288,14 @@ def reads_unbounded(needed: Iterable[Node]) -> bool:
 
 
 def event_time_column(nodes: Mapping[int, Node], node_id: int) -> str | None:
-    """The event-time column of the source ``node_id`` reads from (its watermark strategy's)."""
+    """The event-time column of the source(s) ``node_id`` reads from (their watermark strategy's);
+    None where a source has none or a union's sources name different columns."""
     found = nodes[node_id]
-    while not isinstance(found, SourceNode) and found.inputs:
+    while not isinstance(found, (SourceNode, UnionNode)) and found.inputs:
         found = nodes[found.inputs[0]]
+    if isinstance(found, UnionNode):
+        columns = {event_time_column(nodes, input_id) for input_id in found.inputs}
+        return columns.pop() if len(columns) == 1 else None
     return found.watermark.column if isinstance(found, SourceNode) and found.watermark is not None else None
 
 

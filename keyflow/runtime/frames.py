@@ -8,7 +8,7 @@ operator) or chained; the nodes give the functions, sources and sinks.
 from __future__ import annotations
 
 import time as clock
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -64,16 +64,18 @@ class FrameBuilder:
         state: dict[str, CheckpointedState] | None = None,
         auto_parallelism: AutoParallelism | None = None,
         source_parallelism: int | None = None,
-        time: TaskTime | None = None,
+        time: TaskTime | Mapping[int, TaskTime] | None = None,
     ) -> None:
         """``sources`` replace reading a source (a streaming micro-batch), by node id; ``state``
         gives keyed operators durable state by uid (streaming); without it state lives for one run.
         ``auto_parallelism`` (batch): keyed operators without a parallelism of their own decide
         it from their input's bytes (``stages`` reports each decision); sources without one
         read at ``source_parallelism``. ``time``: the watermarks and processing time keyed
-        operators run at (a batch run: its end fires every timer)."""
+        operators run at (a batch run: its end fires every timer), or each source's by node id
+        (an operator runs at the earliest of the sources it reads)."""
         self.spark, self.plan = spark, plan
-        self.time = time or TaskTime.bounded(int(clock.time() * 1_000_000))
+        self._times = time if isinstance(time, Mapping) else None
+        self.time = time if isinstance(time, TaskTime) else TaskTime.bounded(int(clock.time() * 1_000_000))
         self._sources, self._state, self._stateful = sources or {}, state or {}, state is not None
         self._auto, self._source_parallelism = auto_parallelism, source_parallelism
         self.stages: list[StageReport] = []
@@ -102,6 +104,8 @@ class FrameBuilder:
             read = node.source.read
             parallelism = (node.parallelism is None and self._source_parallelism) or operator.parallelism
             frame = self.guarded(lambda: read(self.spark, parallelism), node)
+        elif isinstance(node, nodes.UnionNode):
+            frame = self._union(node, parallelism)
         else:
             upstream = self.frame(node.inputs[0])
             partitioner = operator.input_partitioner
@@ -137,6 +141,34 @@ class FrameBuilder:
         self.parallelism[node_id] = self._decided.get(node_id, parallelism)
         return frame
 
+    def _union(self, node: nodes.UnionNode, parallelism: int) -> DataFrame:
+        """The inputs' rows by column name, in ``parallelism`` partitions: an input at another
+        parallelism is rebalanced to it, then the inputs' partitions are merged (not shuffled)."""
+        inputs = [self.frame(input_id).drop(KEY_GROUP_COLUMN) for input_id in node.inputs]
+        inputs = [
+            frame if self.parallelism[input_id] == parallelism else rebalance(frame, parallelism)
+            for input_id, frame in zip(node.inputs, inputs, strict=True)
+        ]
+        first = inputs[0]
+        for input_id, frame in zip(node.inputs[1:], inputs[1:], strict=True):
+            if sorted(frame.columns) != sorted(first.columns):
+                a, b = self.plan.nodes[node.inputs[0]].name, self.plan.nodes[input_id].name
+                raise PlanError(
+                    f"union {node.name!r}: {a!r} has columns {first.columns}, {b!r} has {frame.columns}; select or "
+                    "rename the columns so every input has the same names"
+                )
+            differ = [f"{c} ({first.schema[c].dataType.simpleString()} vs {frame.schema[c].dataType.simpleString()})"
+                      for c in first.columns if first.schema[c].dataType != frame.schema[c].dataType]  # fmt: skip
+            if differ:
+                raise PlanError(
+                    f"union {node.name!r}: {self.plan.nodes[input_id].name!r} has columns of other types than "
+                    f"{self.plan.nodes[node.inputs[0]].name!r}: {', '.join(differ)}; cast them with select(...) first"
+                )
+        unioned = first
+        for frame in inputs[1:]:
+            unioned = unioned.unionByName(frame)
+        return unioned.coalesce(parallelism)
+
     def _keyed(self, node: nodes.Node, upstream: DataFrame) -> DataFrame:
         if not isinstance(node, nodes.KeyedNode):
             raise AssertionError(f"the plan partitions {node.kind} {node.name!r} by key, but it has no keys")
@@ -160,7 +192,7 @@ class FrameBuilder:
             verify=not node.reinterpreted or checks != "off",
             pre_keyed=pre_keyed,
             report_keys=pre_keyed and checks != "off" and state is not None,
-            time=self.time,
+            time=self._time_of(node),
             rejected=self._rejected,
             persist=self._persist,
             late_accumulator=self._late_accumulator,
@@ -176,6 +208,12 @@ class FrameBuilder:
         if self._auto and node in self.plan.auto_sized():
             context.adaptive = self._adaptive(node, 0 if table is None else table.nbytes)
         return translate_keyed(self.plan.keyed_operator(node, self._stateful), upstream, context)
+
+    def _time_of(self, node: nodes.Node) -> TaskTime:
+        if self._times is None:
+            return self.time
+        upstream = nodes.upstream(self.plan.nodes, [node.id])
+        return TaskTime.earliest(self._times[n.id] for n in upstream if n.id in self._times)
 
     def _side_input(self, node: nodes.KeyedNode) -> pa.Table | None:
         """A process function's broadcast side input, read whole on the driver."""

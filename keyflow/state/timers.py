@@ -11,6 +11,7 @@ sorted arrays. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,18 @@ class TaskTime:
         """A batch run: nothing is late; at the end of the input every timer fires (event time
         and, as in Flink's batch execution, processing time)."""
         return TaskTime(NO_WATERMARK, END_OF_INPUT, processing_time, end_of_input=True)
+
+    @staticmethod
+    def earliest(times: Iterable[TaskTime]) -> TaskTime:
+        """An operator reading several inputs runs at the smallest of their times (Flink's
+        watermark of a two-input operator is the minimum of its inputs')."""
+        found = list(times)
+        return TaskTime(
+            min(t.watermark_before for t in found),
+            min(t.watermark for t in found),
+            min(t.processing_time for t in found),
+            all(t.end_of_input for t in found),
+        )
 
     def until(self, domain: str) -> int:
         """Timers of ``domain`` at or before this time fire."""

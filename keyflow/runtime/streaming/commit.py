@@ -30,6 +30,7 @@ from keyflow.plan.event_time import NO_WATERMARK
 from keyflow.plan.nodes import Node
 from keyflow.runtime.frames import FrameBuilder
 from keyflow.runtime.streaming.faults import fault
+from keyflow.runtime.streaming.inputs import split_sources
 from keyflow.runtime.streaming.prekeyed import PreKeyedSource
 from keyflow.runtime.streaming.results import BatchMetrics
 from keyflow.runtime.streaming.watermarks import batch_time
@@ -39,6 +40,7 @@ from keyflow.state.durable import CheckpointedState
 from keyflow.state.integrity import retain
 from keyflow.state.manifests import Manifest
 from keyflow.state.plan_file import PlanFile
+from keyflow.state.timers import TaskTime
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class StreamState:
     checkpoint: Checkpoint
     plan_file: PlanFile  # a copy goes into each manifest
     run_id: str
-    source_id: int
+    source_ids: tuple[int, ...]
     manifest: Manifest | None
     pre_keyed: PreKeyedSource | None = None
 
@@ -80,10 +82,14 @@ def commit_micro_batch(
     state = keyed_state(stream, batch)
     # The watermark's job reads the source's rows again (replayable: the same offsets, the same
     # rows); caching them cost more than reading the event-time column twice.
-    time_now, watermarks, frame = batch_time(plan, plan.nodes[stream.source_id], frame, stream.manifest, first_of_run)
-    observation = Observation()
-    source = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
-    builder = FrameBuilder(frame.sparkSession, plan, {stream.source_id: source}, state, time=time_now)
+    times, watermarks, sources, observations = {}, {}, {}, []
+    for source_id, rows in split_sources(frame, stream.source_ids).items():
+        times[source_id], marks, rows = batch_time(plan, plan.nodes[source_id], rows, stream.manifest, first_of_run)
+        watermarks.update(marks)
+        observations.append(Observation())
+        sources[source_id] = rows.observe(observations[-1], F.count(F.lit(1)).alias("rows"))
+    builder = FrameBuilder(frame.sparkSession, plan, sources, state, time=times)
+    time_now = TaskTime.earliest(times.values())
     try:
         # Every sink consumes its input in full, so each keyed subtask runs to its end and
         # writes its state file once (operators read by several sinks are persisted).
@@ -115,7 +121,7 @@ def commit_micro_batch(
     finally:
         builder.release()
     metrics = BatchMetrics(
-        batch, plan.parallelism, _observed_rows(observation), outputs, len(written),
+        batch, plan.parallelism, _observed_rows(observations), outputs, len(written),
         sum(f.bytes for f in written), time.perf_counter() - started, conflicts,
         None if time_now.watermark == NO_WATERMARK else time_now.watermark, _late_counts(builder),
     )  # fmt: skip
@@ -167,9 +173,9 @@ def _late_counts(builder: FrameBuilder) -> dict[str, int]:
     return {name: rows for name, rows in counts.items() if rows}
 
 
-def _observed_rows(observation: Observation) -> int | None:
+def _observed_rows(observations: list[Observation]) -> int | None:
     try:
-        return int(observation.get.get("rows", 0))
+        return sum(int(observation.get.get("rows", 0)) for observation in observations)
     except Exception:  # Spark's adaptive execution may prune the observed node of an empty stage
         return None
 

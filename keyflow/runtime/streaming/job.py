@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from keyflow.config import CHECKPOINTING_INTERVAL
@@ -28,12 +28,14 @@ from keyflow.errors import (
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.paths import unlock
 from keyflow.plan.compile import CompiledPlan
+from keyflow.plan.nodes import SourceNode
 from keyflow.runtime.autoscale import Autoscaler
 from keyflow.runtime.errors import guarded, translate
 from keyflow.runtime.frames import session_for
 from keyflow.runtime.streaming import restore
 from keyflow.runtime.streaming.commit import StreamState, commit_micro_batch
 from keyflow.runtime.streaming.faults import fault
+from keyflow.runtime.streaming.inputs import tagged_union
 from keyflow.runtime.streaming.prekeyed import PreKeyedSource
 from keyflow.runtime.streaming.prepare import prepare
 from keyflow.runtime.streaming.results import BatchMetrics, StreamingResult
@@ -61,17 +63,17 @@ class StreamingJob:
         self._stopping = self._stopped = False
         self._stop_lock = threading.Lock()
         self.run_id = uuid.uuid4().hex
-        self._source = restore.streaming_source(plan)
+        self._sources = restore.streaming_sources(plan)
         self._autoscaler: Autoscaler | None = None
         self._held = self.checkpoint.acquire()
         try:
             restored = restore.restore(plan, self.checkpoint)
             try:
-                self._pre_keyed = PreKeyedSource.of(restored.plan, self._source, self.checkpoint, restored.manifest)
+                self._pre_keyed = PreKeyedSource.of(restored.plan, self._sources, self.checkpoint, restored.manifest)
             except DamagedFileError as damage:  # a split index whose content was altered
                 raise damaged_while_reading(self.checkpoint, damage) from None
             self._stream = StreamState(
-                restored.plan, self.checkpoint, restored.plan_file, self.run_id, self._source.id,
+                restored.plan, self.checkpoint, restored.plan_file, self.run_id, tuple(s.id for s in self._sources),
                 restored.manifest, self._pre_keyed,
             )  # fmt: skip
             if restored.manifest is not None and restored.manifest.parallelism != self.plan.parallelism:
@@ -173,26 +175,21 @@ class StreamingJob:
         )
         if self._autoscaler is not None:  # like Flink: wait for resources, then run at what is there
             self._replan(*self._autoscaler.wait_until_executing())
-        parallelism = self.plan.operator(self._source.id).parallelism
-        source = self._source.source
-        extra: dict[str, Any] = {}
-        if self._pre_keyed is not None:
-            self._pre_keyed.prepare(self.plan)
-            extra["layout"] = self._pre_keyed.layout
-        if self._source.watermark is not None and isinstance(source, SplitSource):
-            extra["split_column"] = True  # watermarks per split
-        stream = guarded(
-            lambda: source.read_stream(spark, parallelism, **extra), f"while starting {self._source.name!r}"
-        )
-        plan_file = restore.check_source_schema(
+        frames = [self._read_stream(spark, source) for source in self._sources]
+        plan_file = restore.check_source_schemas(
             self.checkpoint,
             self._stream.plan_file,
-            self._source,
-            stream.drop(KEY_GROUP_COLUMN, SPLIT_COLUMN).schema.simpleString(),
+            {
+                self.plan.uid(source.id): (
+                    source.name,
+                    frame.drop(KEY_GROUP_COLUMN, SPLIT_COLUMN).schema.simpleString(),
+                )
+                for source, frame in zip(self._sources, frames, strict=True)
+            },
         )
-        self._stream = dataclasses.replace(
-            self._stream, plan_file=prepare(self._stream, plan_file, spark, stream.schema)
-        )
+        schemas = {source.id: frame.schema for source, frame in zip(self._sources, frames, strict=True)}
+        self._stream = dataclasses.replace(self._stream, plan_file=prepare(self._stream, plan_file, spark, schemas))
+        stream = tagged_union(frames)
         source_dir = f"{self.checkpoint.uri.rstrip('/')}/{SOURCE_DIR}"  # Spark's own offsets
         writer = stream.writeStream.foreachBatch(self._run_batch).option("checkpointLocation", source_dir)
         if self.available_now:
@@ -200,6 +197,16 @@ class StreamingJob:
         else:
             writer = writer.trigger(processingTime=f"{self.plan.config.get(CHECKPOINTING_INTERVAL)} seconds")
         return writer.start()
+
+    def _read_stream(self, spark: SparkSession, node: SourceNode) -> DataFrame:
+        source, extra = node.source, dict[str, Any]()
+        if self._pre_keyed is not None and self._pre_keyed.source_id == node.id:
+            self._pre_keyed.prepare(self.plan)
+            extra["layout"] = self._pre_keyed.layout
+        if node.watermark is not None and isinstance(source, SplitSource):
+            extra["split_column"] = True  # watermarks per split
+        parallelism = self.plan.operator(node.id).parallelism
+        return guarded(lambda: source.read_stream(spark, parallelism, **extra), f"while starting {node.name!r}")
 
     def _scheduler_failed(self, error: Exception) -> None:
         """No executor cores for the resource-wait timeout: the job stops with that error."""

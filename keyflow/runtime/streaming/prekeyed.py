@@ -9,6 +9,7 @@ micro-batch commits, that no key is in two splits.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field
 from typing import Any
 
@@ -54,12 +55,19 @@ class PreKeyedSource:
 
     @staticmethod
     def of(
-        plan: CompiledPlan, source: SourceNode, checkpoint: Checkpoint, manifest: Manifest | None
+        plan: CompiledPlan, sources: Sequence[SourceNode], checkpoint: Checkpoint, manifest: Manifest | None
     ) -> PreKeyedSource | None:
         """The pre-keyed source of ``plan`` as the newest manifest left it (None: not pre-keyed)."""
-        keys = plan.pre_keyed_by(source.id)
-        if not keys:
+        pre_keyed = [source for source in sources if plan.pre_keyed_by(source.id)]
+        if not pre_keyed:
             return None
+        if len(sources) > 1:
+            raise PlanError(
+                f"source {pre_keyed[0].name!r} is read pre-keyed (reinterpret_as_keyed) in a streaming pipeline of "
+                f"{len(sources)} sources; that is not supported yet: use key_by(...) on it"
+            )
+        source = pre_keyed[0]
+        keys = plan.pre_keyed_by(source.id)
         saved = manifest.pre_keyed if manifest else {}
         operators = {uid: node for uid, node in plan.keyed_nodes().items() if plan.reads_pre_keyed(node)}
         files = {uid: [IndexFile(*entry) for entry in saved.get("index", {}).get(uid, [])] for uid in operators}
@@ -76,6 +84,10 @@ class PreKeyedSource:
                 source.name,
             )
         return PreKeyedSource(source, keys, checkpoint, operators, mapping, files, indexes, complete)
+
+    @property
+    def source_id(self) -> int:
+        return self.source.id
 
     @property
     def layout(self) -> str:

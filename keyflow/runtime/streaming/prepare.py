@@ -21,13 +21,15 @@ from keyflow.runtime.streaming.watermarks import check_event_time_column
 from keyflow.state.plan_file import PlanFile
 
 
-def prepare(stream: StreamState, plan_file: PlanFile, spark: SparkSession, schema: StructType) -> PlanFile:
-    """Build and analyse the plan over no rows; ``plan_file`` with the key types recorded
-    (a first run) or checked against the checkpoint's (a restore)."""
+def prepare(stream: StreamState, plan_file: PlanFile, spark: SparkSession, schemas: dict[int, StructType]) -> PlanFile:
+    """Build and analyse the plan over no rows (``schemas``: each source's, by node id);
+    ``plan_file`` with the key types recorded (a first run) or checked against the
+    checkpoint's (a restore)."""
     plan = stream.plan
-    empty = spark.createDataFrame([], schema).drop(SPLIT_COLUMN)
-    check_event_time_column(plan.nodes[stream.source_id], empty.schema)
-    builder = FrameBuilder(spark, plan, {stream.source_id: empty}, keyed_state(stream, stream.committed + 1))
+    empty = {source_id: spark.createDataFrame([], schema).drop(SPLIT_COLUMN) for source_id, schema in schemas.items()}
+    for source_id, frame in empty.items():
+        check_event_time_column(plan.nodes[source_id], frame.schema)
+    builder = FrameBuilder(spark, plan, empty, keyed_state(stream, stream.committed + 1))
     try:
         for sink in plan.sinks:
             guarded(lambda sink=sink: builder.frame(sink.id), f"while preparing {sink.name!r}")

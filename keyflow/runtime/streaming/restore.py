@@ -37,16 +37,18 @@ class Restored:
     manifest: Manifest | None
 
 
-def streaming_source(plan: CompiledPlan) -> SourceNode:
-    """The one unbounded source a streaming run reads."""
+def streaming_sources(plan: CompiledPlan) -> tuple[SourceNode, ...]:
+    """The unbounded sources a streaming run reads (one query reads them all)."""
     sources = plan.sources
-    if len(sources) != 1 or not is_unbounded(sources[0].source):
+    bounded = [node.name for node in sources if not is_unbounded(node.source)]
+    if not sources or bounded:
         raise PlanError(
-            "a streaming run (run(checkpoint=...)) needs exactly one unbounded source, e.g. "
+            "a streaming run (run(checkpoint=...)) reads unbounded sources only, e.g. "
             "datagen(rows_per_second=...), files(..., watch=True) or log(...); "
-            f"this pipeline has {[node.name for node in sources]}"
+            f"{bounded or 'no source'} {'is' if len(bounded) == 1 else 'are'} bounded in "
+            f"{[node.name for node in sources]}"
         )
-    return sources[0]
+    return tuple(sources)
 
 
 def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
@@ -156,16 +158,36 @@ def fixed_by_first_run(checkpoint: Checkpoint, plan_file: PlanFile, **facts: obj
     return updated
 
 
-def check_source_schema(checkpoint: Checkpoint, plan_file: PlanFile, source: SourceNode, schema: str) -> PlanFile:
-    """The source's columns are fixed by the first run (an inferred schema could drift)."""
-    plan_file = fixed_by_first_run(checkpoint, plan_file, source_schema=schema)
-    if plan_file.source_schema != schema:
-        raise RestoreError(
-            f"source {source.name!r} now reads {schema} but checkpoint {checkpoint.uri} was "
-            f"started with {plan_file.source_schema}; give the source that schema explicitly "
-            "(files(..., schema=...)) or start a new checkpoint"
-        )
-    return plan_file
+def check_source_schemas(checkpoint: Checkpoint, plan_file: PlanFile, schemas: dict[str, tuple[str, str]]) -> PlanFile:
+    """The sources' columns are fixed by the first run (an inferred schema could drift);
+    ``schemas``: each source's name and schema by uid."""
+    recorded = _schemas_text(schemas)
+    plan_file = fixed_by_first_run(checkpoint, plan_file, source_schema=recorded)
+    if plan_file.source_schema == recorded:
+        return plan_file
+    before = _schemas_of(plan_file.source_schema or "", list(schemas))
+    changed = [(name, schema, before.get(uid)) for uid, (name, schema) in schemas.items() if before.get(uid) != schema]
+    name, schema, started = (
+        changed[0] if changed else (", ".join(n for n, _ in schemas.values()), recorded, plan_file.source_schema)
+    )
+    raise RestoreError(
+        f"source {name!r} now reads {schema} but checkpoint {checkpoint.uri} was started with {started}; give the "
+        "source that schema explicitly (files(..., schema=...)) or start a new checkpoint"
+    )
+
+
+def _schemas_text(schemas: dict[str, tuple[str, str]]) -> str:
+    """One source: its schema (as checkpoints of one source always recorded it); several: by uid."""
+    if len(schemas) == 1:
+        return next(iter(schemas.values()))[1]
+    return "; ".join(f"{uid}: {schema}" for uid, (_, schema) in sorted(schemas.items()))
+
+
+def _schemas_of(text: str, uids: list[str]) -> dict[str, str]:
+    if len(uids) == 1:
+        return {uids[0]: text}
+    found = dict(part.split(": ", 1) for part in text.split("; ") if ": " in part)
+    return found
 
 
 def check_key_types(
