@@ -15,6 +15,7 @@ _EXPORTS = {
     "Stream": "keyflow.api.stream",
     "WindowedStream": "keyflow.api.stream",
     "KeyedStream": "keyflow.api.stream",
+    "ConnectedStreams": "keyflow.api.stream",
     "KeyedBatch": "keyflow.state.keyed",
     "KeyedState": "keyflow.state.keyed",
     "ValueState": "keyflow.plan.descriptors",

@@ -185,6 +185,17 @@ class KeyedStream:
         stream = self._stream
         return stream._then(stream._builder.aggregate(stream.node_id, self._keying, aggregations))
 
+    def connect(self, other: KeyedStream) -> ConnectedStreams:
+        """This keyed stream and ``other`` in one operator with one keyed state (Flink's
+        ``connect``): both are routed by the same key groups, so the state of a key sees the
+        rows of both streams and rescales like any keyed state. Continue with
+        :meth:`ConnectedStreams.process`."""
+        if not isinstance(other, KeyedStream):
+            raise PlanError(f"connect(...) takes a keyed stream (stream.key_by(...)), got {other!r}")
+        if other._stream.pipeline is not self._stream.pipeline:
+            raise PlanError("connect(...) of a stream of another pipeline; build both streams from one Pipeline")
+        return ConnectedStreams(self, other)
+
     def window(self, assigner: WindowAssigner, allowed_lateness: Any = 0, late_rows: Any = None) -> WindowedStream:
         """Event-time windows per key (Flink's ``window``): ``tumbling('1 min')``,
         ``sliding('10 min', '1 min')`` or ``session('30 min')``, over the source's watermark
@@ -239,6 +250,44 @@ class KeyedStream:
             on_timer,
         )
         return stream._then(node_id)
+
+
+class ConnectedStreams:
+    """Two keyed streams in one operator (see :meth:`KeyedStream.connect`)."""
+
+    def __init__(self, first: KeyedStream, second: KeyedStream) -> None:
+        self._first, self._second = first, second
+
+    def process(
+        self,
+        first: Callable[..., Any],
+        second: Callable[..., Any],
+        schema: pa.Schema | str,
+        state: dict[str, StateDescriptor] | None = None,
+        on_timer: Callable[..., Any] | None = None,
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Flink's ``KeyedCoProcessFunction``, vectorised: ``first(batch, state) -> table`` for
+        rows of the first stream, ``second(batch, state) -> table`` for rows of the second;
+        ``batch`` is a :class:`keyflow.KeyedBatch` of that stream's rows (its own columns) and
+        ``state`` the one keyed state both share (declared in ``state``; with ``on_timer``,
+        ``state.timers`` as in :meth:`KeyedStream.process`). In a micro-batch the first
+        stream's rows of a key are processed before the second's. Keys of the two streams are
+        matched by position (``user`` of one with ``user_id`` of the other) and must have the
+        same types."""
+        one = self._first._stream
+        node_id = one._builder.co_process(
+            (one.node_id, self._second._stream.node_id),
+            (self._first._keying, self._second._keying),
+            (first, second),
+            schema,
+            state,
+            on_timer,
+            name,
+            parallelism,
+        )
+        return one._then(node_id)
 
 
 class WindowedStream:

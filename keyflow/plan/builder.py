@@ -366,20 +366,7 @@ class PlanBuilder:
             raise PlanError("process with on_timer= takes no side= input (not supported yet); join the side first")
         if schema is None:
             raise PlanError("process needs the output schema: a pyarrow.Schema or a DDL string 'user string, n long'")
-        for state_name, descriptor in (state or {}).items():
-            if state_name in keying.keys or state_name.startswith("__"):
-                raise PlanError(
-                    f"state {state_name!r} has the name of a key column or starts with '__' (kept for keyflow's "
-                    "own columns); rename the state"
-                )
-            if not hasattr(descriptor, "arrow_type"):
-                raise PlanError(f"state {state_name!r} is {descriptor!r}; declare ValueState, ListState or MapState")
-            if descriptor.ttl is not None and not isinstance(descriptor.ttl, StateTtlConfig):
-                raise PlanError(
-                    f"state {state_name!r} ttl={descriptor.ttl!r} is not a StateTtlConfig; pass e.g. "
-                    "ttl=StateTtlConfig('1 h')"
-                )
-            descriptor.arrow_type  # validates the type now, at plan time  # noqa: B018
+        _check_state(state, keying.keys)
         label = name or str(getattr(function, "__name__", "process"))
         return self._sized(
             nodes.ProcessNode,
@@ -396,6 +383,48 @@ class PlanBuilder:
             order_by=(order_by,) if isinstance(order_by, str) else tuple(order_by),
             reinterpreted=keying.reinterpreted,
         )
+
+    def co_process(
+        self,
+        inputs: tuple[int, int],
+        keyings: tuple[Keying, Keying],
+        functions: tuple[Callable[..., Any], Callable[..., Any]],
+        schema: pa.Schema | str,
+        state: Mapping[str, StateDescriptor] | None,
+        on_timer: Callable[..., Any] | None,
+        name: str | None,
+        parallelism: int | None,
+    ) -> int:
+        """Two keyed streams in one operator: a function per input, one keyed state."""
+        first, second = keyings
+        if len(first.keys) != len(second.keys):
+            raise PlanError(
+                f"connect(...): the first stream is keyed by {list(first.keys)}, the second by {list(second.keys)}; "
+                "key both by the same number of columns, of the same types"
+            )
+        if first.reinterpreted or second.reinterpreted:
+            raise PlanError("connect(...) of a stream from reinterpret_as_keyed is not supported yet; use key_by(...)")
+        if first.on_null is not None or second.on_null is not None:
+            raise PlanError(
+                "connect(...) of key_by(..., on_null=...) is not supported yet; filter the null keys out first, or "
+                "set pipeline.null-keys"
+            )
+        for which, function in zip(("first", "second"), functions, strict=True):
+            if not callable(function):
+                raise PlanError(
+                    f"connect(...).process needs a function for the {which} stream's rows, got {function!r}"
+                )
+        if on_timer is not None and not callable(on_timer):
+            raise PlanError(f"process on_timer={on_timer!r} is not a function; pass on_timer(timers, state) -> rows")
+        if schema is None:
+            raise PlanError("process needs the output schema: a pyarrow.Schema or a DDL string 'user string, n long'")
+        _check_state(state, first.keys)
+        label = name or "_".join(str(getattr(f, "__name__", "process")) for f in functions)
+        return self._sized(
+            nodes.CoProcessNode, inputs, label, parallelism, keys=first.keys, other_keys=second.keys,
+            function=functions[0], other_function=functions[1], schema=schema, state=dict(state or {}),
+            on_timer=on_timer,
+        )  # fmt: skip
 
     def sink(
         self,
@@ -448,6 +477,24 @@ class PlanBuilder:
         if not ends:
             raise PlanError("the pipeline is empty; start with p.source(datagen(...)) or p.source(files(...))")
         return self.compile(ends).graph
+
+
+def _check_state(state: Mapping[str, StateDescriptor] | None, keys: tuple[str, ...]) -> None:
+    """Declared state: names that are not keys or keyflow's own, descriptors with valid types and TTLs."""
+    for state_name, descriptor in (state or {}).items():
+        if state_name in keys or state_name.startswith("__"):
+            raise PlanError(
+                f"state {state_name!r} has the name of a key column or starts with '__' (kept for keyflow's "
+                "own columns); rename the state"
+            )
+        if not hasattr(descriptor, "arrow_type"):
+            raise PlanError(f"state {state_name!r} is {descriptor!r}; declare ValueState, ListState or MapState")
+        if descriptor.ttl is not None and not isinstance(descriptor.ttl, StateTtlConfig):
+            raise PlanError(
+                f"state {state_name!r} ttl={descriptor.ttl!r} is not a StateTtlConfig; pass e.g. "
+                "ttl=StateTtlConfig('1 h')"
+            )
+        descriptor.arrow_type  # validates the type now, at plan time  # noqa: B018
 
 
 def aggregations_needed(aggregations: Mapping[str, str]) -> PlanError:

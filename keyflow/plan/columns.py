@@ -21,6 +21,7 @@ from keyflow.connectors.base import KnowsColumns, KnowsTypes
 from keyflow.plan.aggregates import AggregateCall, parse_aggregations, parse_expression, read_columns
 from keyflow.plan.nodes import (
     AggregateNode,
+    CoProcessNode,
     FilterNode,
     KeyedNode,
     MapBatchesNode,
@@ -55,7 +56,7 @@ def output_columns(nodes: Mapping[int, Node], node_id: int, known: dict[int, Col
 def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) -> Columns:
     if isinstance(node, SourceNode):
         return _source_columns(node.source)
-    if isinstance(node, (MapBatchesNode, ProcessNode, WindowProcessNode)):
+    if isinstance(node, (MapBatchesNode, ProcessNode, WindowProcessNode, CoProcessNode)):
         return schema_columns(node.schema)
     if isinstance(node, UnionNode):
         return _union_columns([output_columns(nodes, input_id, known) for input_id in node.inputs])
@@ -153,7 +154,9 @@ def column_problems(nodes: Mapping[int, Node], ordered: list[Node]) -> list[str]
         available = output_columns(nodes, node.inputs[0], known) if node.inputs else None
         if available is None or isinstance(node, NormalizeNode):
             continue
-        if isinstance(node, KeyedNode):
+        if isinstance(node, CoProcessNode):
+            problems.extend(_connected_problems(nodes, node, available, known))
+        elif isinstance(node, KeyedNode):
             problems.extend(_keyed_problems(node, available))
         elif isinstance(node, SinkNode) and (missing := [k for k in node.primary_key if k not in available]):
             problems.append(missing_primary_key_message(node, missing, list(available)))
@@ -171,6 +174,33 @@ def _keyed_problems(node: KeyedNode, available: dict[str, Type]) -> list[str]:
         problems.extend(missing_order_by_message(node, c, list(available)) for c in node.order_by if c not in available)
     if isinstance(node, AggregateNode):
         problems.extend(_aggregate_problems(node, available))
+    return problems
+
+
+def _connected_problems(
+    nodes: Mapping[int, Node], node: CoProcessNode, first: dict[str, Type], known: dict[int, Columns]
+) -> list[str]:
+    """Each input's key columns are there, and pairwise of one type where both are known (the
+    type decides the key group: keys of two types never meet)."""
+    second = output_columns(nodes, node.inputs[1], known)
+    problems = []
+    for position, available in enumerate((first, second)):
+        missing = [key for key in node.input_keys(position) if available is not None and key not in available]
+        if missing:
+            stream = nodes[node.inputs[position]].name
+            problems.append(
+                f"operator {node.name!r}: the {('first', 'second')[position]} stream ({stream!r}) has no key column(s) "
+                f"{missing}; its columns: {list(available or ())}"
+            )
+    if problems or second is None:
+        return problems
+    for key, other in zip(node.keys, node.other_keys, strict=True):
+        if first[key] and second[other] and first[key] != second[other]:
+            problems.append(
+                f"operator {node.name!r}: key {key!r} of {nodes[node.inputs[0]].name!r} is {first[key]} but key "
+                f"{other!r} of {nodes[node.inputs[1]].name!r} is {second[other]}; equal keys of two types never meet "
+                "in one key group: cast one of them with select(...) first"
+            )
     return problems
 
 

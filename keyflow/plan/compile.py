@@ -178,8 +178,8 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
         else:
             vertex = len(chains)
             chains.append([node])
-            for input_id, partitioner in zip(node.inputs, partitioners, strict=True):
-                keys = node.partition_keys if partitioner is Partitioner.HASH else ()
+            for position, (input_id, partitioner) in enumerate(zip(node.inputs, partitioners, strict=True)):
+                keys = node.input_keys(position) if partitioner is Partitioner.HASH else ()
                 edges.append(Edge(vertex_of[input_id], vertex, partitioner, keys))
         vertex_of[node.id] = vertex
 

@@ -43,6 +43,10 @@ class Node:
         """The columns a hash edge into this operator routes by (none: not routed by key)."""
         return ()
 
+    def input_keys(self, position: int) -> tuple[str, ...]:
+        """The columns the hash edge from input ``position`` routes by."""
+        return self.partition_keys
+
 
 @dataclass(frozen=True, eq=False)
 class SourceNode(Node):
@@ -230,6 +234,38 @@ class ProcessNode(KeyedNode):
         if self.on_timer is not None:
             described["on_timer"] = function_name(self.on_timer)
         return {**described, "side_input": True} if self.side_input else described
+
+
+@dataclass(frozen=True, eq=False)
+class CoProcessNode(KeyedNode):
+    """Two keyed streams connected (Flink's ``connect`` + ``KeyedCoProcessFunction``): the rows
+    of both routed by the same key groups (``keys`` of the first input, ``other_keys`` of the
+    second, equal in number and type), one keyed state shared by both, ``function`` called with
+    the first input's rows and ``other_function`` with the second's."""
+
+    other_keys: tuple[str, ...] = ()
+    function: Callable[..., Any] | None = None
+    other_function: Callable[..., Any] | None = None
+    schema: pa.Schema | str | None = None
+    state: Mapping[str, StateDescriptor] = field(default_factory=dict)
+    on_timer: Callable[..., Any] | None = None
+    kind: ClassVar[str] = "co_process"
+
+    def input_keys(self, position: int) -> tuple[str, ...]:
+        return self.other_keys if position == 1 else self.keys
+
+    def declared_state(self) -> tuple[tuple[str, str], ...]:
+        return tuple((name, str(descriptor.arrow_type)) for name, descriptor in with_ttl_columns(self.state).items())
+
+    def describe(self) -> dict[str, Any]:
+        described = {
+            "keys": [list(self.keys), list(self.other_keys)],
+            "functions": [function_name(self.function), function_name(self.other_function)],
+            "state": dict(self.declared_state()),
+        }
+        if self.on_timer is not None:
+            described["on_timer"] = function_name(self.on_timer)
+        return described
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,6 +17,7 @@ from keyflow.plan.aggregates import AggregateCall, mergeable, parse_aggregations
 from keyflow.plan.event_time import timer_state
 from keyflow.plan.nodes import (
     AggregateNode,
+    CoProcessNode,
     KeyedNode,
     NormalizeNode,
     ProcessNode,
@@ -64,8 +65,23 @@ class TimedProcess(KeyedProcess):
     """A process function with timers: its declared state and each key's pending timers."""
 
     def contents(self) -> tuple[tuple[str, str], ...]:
-        timers = tuple((name, str(descriptor.arrow_type)) for name, descriptor in timer_state().items())
-        return (*self.node.declared_state(), *timers)
+        return (*self.node.declared_state(), *_timer_contents())
+
+
+@dataclass(frozen=True, eq=False)
+class KeyedCoProcess(KeyedOperator):
+    """Two inputs' rows in the same key groups, a function per input over one shared state
+    (with ``on_timer``: and each key's pending timers)."""
+
+    node: CoProcessNode
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        return (*self.node.declared_state(), *(_timer_contents() if self.node.on_timer is not None else ()))
+
+
+def _timer_contents() -> tuple[tuple[str, str], ...]:
+    """Each key's pending timers, as the plan records them."""
+    return tuple((name, str(descriptor.arrow_type)) for name, descriptor in timer_state().items())
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,6 +175,8 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
         return WindowProcess(node)
     if isinstance(node, ProcessNode):
         return KeyedProcess(node) if node.on_timer is None else TimedProcess(node)
+    if isinstance(node, CoProcessNode):
+        return KeyedCoProcess(node)
     if not isinstance(node, AggregateNode):
         raise AssertionError(f"no physical kind for {node.kind} {node.name!r}")
     calls = parse_aggregations(node.aggregations)

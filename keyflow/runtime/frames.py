@@ -24,6 +24,7 @@ from keyflow.plan.columns import missing_primary_key_message
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
 from keyflow.runtime.adaptive_exchange import StageReport, adaptive_keyed_exchange
+from keyflow.runtime.connected import connected_inputs
 from keyflow.runtime.errors import guarded
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition, rebalance
 from keyflow.runtime.operators import (
@@ -172,6 +173,10 @@ class FrameBuilder:
     def _keyed(self, node: nodes.Node, upstream: DataFrame) -> DataFrame:
         if not isinstance(node, nodes.KeyedNode):
             raise AssertionError(f"the plan partitions {node.kind} {node.name!r} by key, but it has no keys")
+        if isinstance(node, nodes.CoProcessNode):
+            second = self.frame(node.inputs[1]).drop(KEY_GROUP_COLUMN)
+            names = (self.plan.nodes[node.inputs[0]].name, self.plan.nodes[node.inputs[1]].name)
+            upstream = connected_inputs(node, upstream.drop(KEY_GROUP_COLUMN), second, names)
         require_key_columns(node, upstream)
         self._keyed_inputs[node.id] = upstream
         if node.on_null is not None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.errors import AnalysisException, ParseException
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
@@ -97,6 +97,16 @@ def _schema_of(result: object) -> pa.Schema:
     if isinstance(result, (pa.Table, pa.RecordBatch)):
         return result.schema
     return pa.Schema.from_pandas(result, preserve_index=False)  # type: ignore[arg-type]
+
+
+def packed_rows(frames: Sequence[DataFrame]) -> list[tuple[Column, Column]]:
+    """Each frame's columns as one struct column, and a null of that struct's type: rows of
+    several inputs in one frame, each input's in a column of its own."""
+    packed = []
+    for frame in frames:
+        struct = F.struct(*[F.col(f"`{name}`") for name in frame.columns])
+        packed.append((struct, F.lit(None).cast(frame.select(struct.alias("p")).schema["p"].dataType)))
+    return packed
 
 
 def session_timezone(frame: DataFrame) -> str:

@@ -30,6 +30,7 @@ from keyflow.plan.graph import Operator
 from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START, KeyedNode, Windowing
 from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
 from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
+from keyflow.runtime.connected import CoProcess, TimedCoProcess
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.runtime.keygroups import key_group_column
@@ -190,6 +191,23 @@ def _user_function(
     if node.order_by:  # whole keys per call; without order_by the worker groups each batch by hashing
         exchanged = exchanged.sortWithinPartitions(*node.keys)
     return context.run(exchanged, function, schema, {**with_ttl_columns(node.state), **hidden}, node.order_by)
+
+
+def _co_process(operator: physical.KeyedCoProcess, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """``frame``: both inputs' rows (``keyflow.runtime.connected``), routed like one input's."""
+    node = operator.node
+    assert node.function is not None  # the builder requires both
+    assert node.other_function is not None
+    schema = arrow_schema(node.schema, node, session_timezone(frame))
+    functions = (node.function, node.other_function)
+    function = (
+        CoProcess(functions, context.label, schema)
+        if node.on_timer is None
+        else TimedCoProcess(functions, context.label, schema, node.on_timer)
+    )
+    hidden = timer_state() if node.on_timer is not None else {}
+    exchanged = context.exchange(frame, keep_key_group=True)
+    return context.run(exchanged, function, schema, {**with_ttl_columns(node.state), **hidden}, ())
 
 
 def _group_by(operator: physical.GroupByAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
@@ -386,6 +404,7 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.ChangelogNormalize: _normalize,
     physical.KeyedProcess: _process,
     physical.TimedProcess: _timed_process,
+    physical.KeyedCoProcess: _co_process,
     physical.GroupByAggregate: _group_by,
     physical.MergedPartialsAggregate: _merged_partials,
     physical.WindowAggregate: _window_aggregate,

@@ -55,7 +55,7 @@ def conform(result: Any, schema: pa.Schema, operator: str) -> pa.Table:
                 )
             ) from None
     else:
-        raise _not_a_table(operator, result)
+        raise not_a_table(operator, result)
     try:
         return conform_to(table, schema)
     except ColumnsDifferError:
@@ -75,7 +75,7 @@ def conform(result: Any, schema: pa.Schema, operator: str) -> pa.Table:
         ) from None
 
 
-def _not_a_table(operator: str, result: Any) -> WorkerError:
+def not_a_table(operator: str, result: Any) -> WorkerError:
     return WorkerError(
         DataError(
             f"{operator} returned {type(result).__name__}; return a pyarrow.Table, pyarrow.RecordBatch or "
@@ -108,7 +108,7 @@ class UserProcess(KeyedFunction):
     def process(self, batch: KeyedBatch, state: KeyedState) -> Any:
         result = self.function(batch, state) if self.side is None else self.function(batch, state, self.side.value)
         if result is None:
-            raise _not_a_table(self.operator, result)
+            raise not_a_table(self.operator, result)
         return result
 
 
@@ -126,28 +126,36 @@ class TimedUserProcess(UserProcess):
         self.on_timer = on_timer
 
     def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
-        kinds = {name: view_kind(descriptor) for name, descriptor in store.descriptors.items()}
-        firing = dataclasses.replace(time, watermark_before=time.watermark)
-        for domain in DOMAINS:
-            for _ in range(self.MAX_ROUNDS):
-                slots, stamps = pop_due(store, domain, time.until(domain))
-                if not len(slots):
-                    break
-                fired = FiredTimers(store.keys(slots), pa.array(stamps, TIMESTAMP), domain)
-                state = KeyedState(store, slots, kinds, TimerService(store, slots, firing), time.processing_time)
-                result = self.on_timer(fired, state)
-                if result is None:
-                    raise _not_a_table(f"{self.operator}'s on_timer", result)
-                yield result
-            else:
-                kind = domain.replace("_", " ")
-                raise WorkerError(
-                    DataError(
-                        f"{self.operator}: {self.MAX_ROUNDS:,} rounds of {kind} timers in one micro-batch (a key "
-                        "with that many due timers, or on_timer registering timers at or before the time they fire "
-                        "at); register later timers (e.g. timestamp + interval) or fewer per key"
-                    )
+        return fire_timers(self.on_timer, self.operator, time, store, self.MAX_ROUNDS)
+
+
+def fire_timers(
+    on_timer: Callable[..., Any], operator: str, time: TaskTime, store: KeyedStateStore, max_rounds: int
+) -> Iterator[Any]:
+    """``on_timer(timers, state)`` for the keys whose timers are due at ``time``, in rounds of
+    one timer per key in timestamp order; event time first, then processing time."""
+    kinds = {name: view_kind(descriptor) for name, descriptor in store.descriptors.items()}
+    firing = dataclasses.replace(time, watermark_before=time.watermark)
+    for domain in DOMAINS:
+        for _ in range(max_rounds):
+            slots, stamps = pop_due(store, domain, time.until(domain))
+            if not len(slots):
+                break
+            fired = FiredTimers(store.keys(slots), pa.array(stamps, TIMESTAMP), domain)
+            state = KeyedState(store, slots, kinds, TimerService(store, slots, firing), time.processing_time)
+            result = on_timer(fired, state)
+            if result is None:
+                raise not_a_table(f"{operator}'s on_timer", result)
+            yield result
+        else:
+            kind = domain.replace("_", " ")
+            raise WorkerError(
+                DataError(
+                    f"{operator}: {max_rounds:,} rounds of {kind} timers in one micro-batch (a key "
+                    "with that many due timers, or on_timer registering timers at or before the time they fire "
+                    "at); register later timers (e.g. timestamp + interval) or fewer per key"
                 )
+            )
 
 
 BOUNDED = TaskTime.bounded(0)  # replaced by a run's own (with its clock) by the frame builder

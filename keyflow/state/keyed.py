@@ -67,6 +67,25 @@ class KeyedBatch:
         last: npt.NDArray[Any] = np.asarray(values)[self.starts + self.counts - 1]
         return last
 
+    def of_rows(self, rows: npt.NDArray[np.int64], data: pa.Table) -> tuple[KeyedBatch, npt.NDArray[np.int64]]:
+        """The batch of ``rows`` (ascending positions; ``data``: their columns) and the positions
+        of its keys among this batch's keys. A key's rows stay together and in order."""
+        row_keys = self.key_index[rows]
+        first = np.flatnonzero(np.r_[True, row_keys[1:] != row_keys[:-1]]) if len(rows) else np.zeros(0, np.int64)
+        positions = row_keys[first]
+        counts = np.diff(np.r_[first, len(rows)]).astype(np.int64)
+        batch = KeyedBatch(
+            data=data,
+            keys=self.keys.take(pa.array(positions)),
+            key_index=np.repeat(np.arange(len(first), dtype=np.int64), counts),
+            starts=first.astype(np.int64),
+            counts=counts,
+            key_groups=self.key_groups[positions],
+            subtask=self.subtask,
+            row_key_groups=self.row_key_groups[rows],
+        )
+        return batch, positions
+
     @staticmethod
     def from_rows(
         data: pa.Table, key_names: tuple[str, ...], key_groups: npt.NDArray[np.int32], subtask: int
@@ -220,6 +239,13 @@ class KeyedState:
     ) -> None:
         self._views = {name: kind(store, name, slots, now) for name, kind in kinds.items()}
         self._timers = timers
+        self._store, self._slots, self._kinds, self._now = store, slots, kinds, now
+
+    def of_keys(self, positions: npt.NDArray[np.int64]) -> KeyedState:
+        """The state of the keys at ``positions`` (of this call's keys): what a call over some
+        of them receives (one input's rows of a connected operator)."""
+        timers = None if self._timers is None else self._timers.of_keys(positions)
+        return KeyedState(self._store, self._slots[positions], self._kinds, timers, self._now)
 
     @property
     def timers(self) -> TimerService:

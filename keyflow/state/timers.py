@@ -100,6 +100,10 @@ class TimerService:
     def __init__(self, store: KeyedStateStore, slots: Slots, time: TaskTime) -> None:
         self._store, self._slots, self._time = store, slots, time
 
+    def of_keys(self, positions: npt.NDArray[np.int64]) -> TimerService:
+        """The timers of the keys at ``positions`` (of this call's keys), for a call over them."""
+        return TimerService(self._store, self._slots[positions], self._time)
+
     @property
     def current_watermark(self) -> pa.TimestampScalar | None:
         """The watermark the rows of this call arrived under (None before the first; at the end

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from keyflow.runtime.operators import packed_rows
+
 SOURCE_TAG = "__keyflow_source"
 
 
@@ -25,18 +27,11 @@ def tagged_union(frames: Sequence[DataFrame]) -> DataFrame:
     """The rows of every frame, each source's as a struct column, tagged with its position."""
     if len(frames) == 1:
         return frames[0]
-    structs = [F.struct(*[F.col(f"`{name}`") for name in frame.columns]) for frame in frames]
-    empties = [
-        F.lit(None).cast(frame.select(struct.alias("s")).schema["s"].dataType)
-        for frame, struct in zip(frames, structs, strict=True)
-    ]
+    packed = packed_rows(frames)
     tagged = [
         frame.select(
             F.lit(position).alias(SOURCE_TAG),
-            *[
-                (structs[position] if other == position else empties[other]).alias(_packed(other))
-                for other in range(len(frames))
-            ],
+            *[packed[other][0 if other == position else 1].alias(_packed(other)) for other in range(len(frames))],
         )
         for position, frame in enumerate(frames)
     ]
