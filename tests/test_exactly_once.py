@@ -1,6 +1,7 @@
 """Exactly-once under real crashes: the driver is killed with SIGKILL inside a micro-batch,
 restarted, and the output must equal that of a run that never crashed: running totals,
-and with event time session windows and timers open across the crashes."""
+with event time session windows and timers open across the crashes, and a full outer join
+with a second source whose state holds unmatched rows of both sides across them."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from keyflow import Log
+from keyflow.changelog import current
 from keyflow.cli.app import app
 from keyflow.runtime.streaming import FAULT_ENV
 from keyflow.state.checkpoint import Checkpoint
@@ -39,6 +45,7 @@ def run_job(tmp: Path, parallelism: int, fault: str | None = None) -> subprocess
 
 POINTS = ["start", "after-sink-write", "after-commit", "after-publish"]
 SEED = random.randrange(1_000_000)
+VISITS = pa.schema([("uid", pa.string()), ("visit", pa.int64())])
 
 
 def crashes(seed: int) -> list[tuple[str, int]]:
@@ -54,6 +61,9 @@ def crashes(seed: int) -> list[tuple[str, int]]:
 def test_killed_driver_restarts_to_the_same_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = timed_events(4_200, 200, start=0, seed=5, seconds=4_200)  # 700 rows per batch: batches 0..5
     append_timed(tmp_path / "log", data)
+    rng = np.random.default_rng(6)
+    visits = pd.DataFrame({"uid": [f"u{n}" for n in rng.integers(100, 300, 1_500)], "visit": np.arange(1_500)})
+    Log.create(tmp_path / "visits", 2, VISITS).append(pa.Table.from_pandas(visits, preserve_index=False), key="uid")
     for fault, parallelism in crashes(SEED):
         crashed = run_job(tmp_path, parallelism, fault)
         assert crashed.returncode == -signal.SIGKILL, f"seed {SEED}, {fault}: {crashed.stdout}{crashed.stderr}"
@@ -69,3 +79,14 @@ def test_killed_driver_restarts_to_the_same_output(tmp_path: Path, monkeypatch: 
     final_watermark = next(iter(watermark.values()))["watermark"]
     assert_event_time_output(tmp_path / "event_time", data, final_watermark, tumbling_windows=False)
     assert not list((tmp_path / "out" / "_keyflow_staging").rglob("part-*"))  # nothing left half-published
+    joined = current(pa.concat_tables([pq.read_table(f) for f in sorted((tmp_path / "joined").glob("part-*"))]))
+    reference = data.merge(visits, left_on="user", right_on="uid", how="outer")
+    reference["user"] = reference["user"].fillna(reference["uid"])
+    columns = ["user", "seq", "visit"]
+    pd.testing.assert_frame_equal(
+        joined.to_pandas()[columns]
+        .astype({"seq": "Int64", "visit": "Int64"})
+        .sort_values(columns)
+        .reset_index(drop=True),
+        reference[columns].astype({"seq": "Int64", "visit": "Int64"}).sort_values(columns).reset_index(drop=True),
+    )

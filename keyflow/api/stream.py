@@ -106,6 +106,31 @@ class Stream:
                 raise PlanError("union(...) of a stream of another pipeline; build both streams from one Pipeline")
         return self._then(self._builder.union([self.node_id, *(other.node_id for other in others)], name))
 
+    def join(
+        self,
+        other: Stream,
+        on: str | list[str] | list[tuple[str, str]] | tuple[str, ...],
+        how: str = "inner",
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """A regular join with ``other`` where the ``on`` columns are equal (Flink's streaming
+        join): ``on="user"``, ``on=["user", "day"]`` (columns both streams have) or
+        ``on=[("user", "uid")]`` (this stream's column, ``other``'s). ``how``: ``inner``,
+        ``left``, ``right`` or ``full``. Both streams' rows are kept in keyed state, so every
+        pair of rows that match is emitted once, whatever order they arrive in. Outer joins
+        emit a changelog (``op``): a row padded with nulls (``+I``) is retracted (``-D``) when
+        its first match arrives, so the output's current table
+        (:func:`keyflow.changelog.current`) is the batch join at every micro-batch. Output
+        columns: the keys (named as this stream's), this stream's other columns, then
+        ``other``'s; other columns both streams have are a plan error (rename one side)."""
+        if not isinstance(other, Stream):
+            raise PlanError(f"join(...) takes a stream, got {other!r}")
+        if other.pipeline is not self.pipeline:
+            raise PlanError("join(...) of a stream of another pipeline; build both streams from one Pipeline")
+        pairs = _join_pairs(on)
+        return self._then(self._builder.join((self.node_id, other.node_id), pairs, how, name, parallelism))
+
     def key_by(self, *keys: str, on_null: Any = None) -> KeyedStream:
         """Partition by key: rows with equal keys meet in one subtask, in one key group.
 
@@ -150,6 +175,25 @@ class Stream:
     def collect(self, as_pandas: bool = False) -> pa.Table | pd.DataFrame:
         """The stream's rows for tests and notebooks: an Arrow table, or pandas with ``as_pandas``."""
         return self.to_pandas() if as_pandas else self.to_arrow()
+
+
+def _join_pairs(on: object) -> list[tuple[str, str]]:
+    """``on`` as (left column, right column) pairs."""
+    items = [on] if isinstance(on, str) else list(on) if isinstance(on, (list, tuple)) else None
+    pairs = []
+    for item in items or ():
+        if isinstance(item, str) and item.strip():
+            pairs.append((item, item))
+        elif isinstance(item, tuple) and len(item) == 2 and all(isinstance(c, str) and c.strip() for c in item):
+            pairs.append((item[0], item[1]))
+        else:
+            items = None
+            break
+    if not items:
+        raise PlanError(
+            f"join on={on!r}: name the columns to match, e.g. on='user', on=['user', 'day'] or on=[('user', 'uid')]"
+        )
+    return pairs
 
 
 @dataclass(frozen=True)

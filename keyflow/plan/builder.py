@@ -20,7 +20,7 @@ from keyflow.config import Config
 from keyflow.connectors.base import ChangelogSource, DeclaresTypes, KnowsColumns, KnowsTypes, Sink, Source
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
-from keyflow.plan.columns import output_columns, union_problems
+from keyflow.plan.columns import join_clash_message, join_clashes, output_columns, union_problems
 from keyflow.plan.compile import CompiledPlan, compile_plan
 from keyflow.plan.descriptors import StateDescriptor, StateTtlConfig
 from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner
@@ -425,6 +425,34 @@ class PlanBuilder:
             function=functions[0], other_function=functions[1], schema=schema, state=dict(state or {}),
             on_timer=on_timer,
         )  # fmt: skip
+
+    def join(
+        self,
+        inputs: tuple[int, int],
+        on: Sequence[tuple[str, str]],
+        how: str,
+        name: str | None,
+        parallelism: int | None,
+    ) -> int:
+        """A regular join of ``inputs`` on ``on`` (pairs of a left and a right column)."""
+        if how not in nodes.JOIN_TYPES:
+            raise PlanError(f"join how={how!r} is not a join type; choose one of {', '.join(nodes.JOIN_TYPES)}")
+        if not on:
+            raise PlanError("join needs on=: a column both streams have ('user'), or pairs [('user', 'uid')]")
+        for input_id in inputs:
+            if self.is_changelog(input_id):
+                raise PlanError(
+                    f"join of {self._nodes[input_id].name!r}, a changelog (rows with updates and deletes), is not "
+                    "supported yet; join streams of inserts"
+                )
+        keys, other_keys = tuple(left for left, _ in on), tuple(right for _, right in on)
+        label = name or f"{how} join"
+        left, right = (output_columns(self._nodes, input_id, {}) for input_id in inputs)
+        clashes = join_clashes(other_keys, list(left), list(right)) if left is not None and right is not None else []
+        if clashes:
+            raise PlanError(join_clash_message(label, clashes))
+        node_id = self._sized(nodes.JoinNode, inputs, label, parallelism, keys=keys, other_keys=other_keys, how=how)
+        return node_id
 
     def sink(
         self,

@@ -21,8 +21,10 @@ from keyflow.connectors.base import KnowsColumns, KnowsTypes
 from keyflow.plan.aggregates import AggregateCall, parse_aggregations, parse_expression, read_columns
 from keyflow.plan.nodes import (
     AggregateNode,
+    ConnectedNode,
     CoProcessNode,
     FilterNode,
+    JoinNode,
     KeyedNode,
     MapBatchesNode,
     Node,
@@ -60,6 +62,8 @@ def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) ->
         return schema_columns(node.schema)
     if isinstance(node, UnionNode):
         return _union_columns([output_columns(nodes, input_id, known) for input_id in node.inputs])
+    if isinstance(node, JoinNode):
+        return _joined_columns(node, *(output_columns(nodes, input_id, known) for input_id in node.inputs))
     upstream = output_columns(nodes, node.inputs[0], known) if node.inputs else None
     if upstream is None:
         return None
@@ -77,6 +81,27 @@ def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) ->
     if isinstance(node, NormalizeNode):
         return None  # internal columns (offsets, deletes) are dropped at run time
     return upstream
+
+
+def _joined_columns(node: JoinNode, left: Columns, right: Columns) -> Columns:
+    """A join's columns: the keys (named as the left input's), the left input's other columns,
+    the right input's other columns (and ``op`` for an outer join)."""
+    if left is None or right is None:
+        return None
+    joined = {**left, **{name: kind for name, kind in right.items() if name not in node.other_keys}}
+    return {**joined, **({OP: "string"} if node.how != "inner" else {})}
+
+
+def join_clashes(other_keys: Sequence[str], left: Sequence[str], right: Sequence[str]) -> list[str]:
+    """Right columns besides its keys that the left input has too: the output would hold two."""
+    return [name for name in right if name not in other_keys and name in left]
+
+
+def join_clash_message(name: str, clashes: list[str]) -> str:
+    return (
+        f"join {name!r}: both streams have column(s) {clashes} besides the keys, and the output would hold "
+        "two of each; rename them on one side with select('x AS right_x', ...) first"
+    )
 
 
 def _union_columns(inputs: list[Columns]) -> Columns:
@@ -154,7 +179,7 @@ def column_problems(nodes: Mapping[int, Node], ordered: list[Node]) -> list[str]
         available = output_columns(nodes, node.inputs[0], known) if node.inputs else None
         if available is None or isinstance(node, NormalizeNode):
             continue
-        if isinstance(node, CoProcessNode):
+        if isinstance(node, ConnectedNode):
             problems.extend(_connected_problems(nodes, node, available, known))
         elif isinstance(node, KeyedNode):
             problems.extend(_keyed_problems(node, available))
@@ -178,7 +203,7 @@ def _keyed_problems(node: KeyedNode, available: dict[str, Type]) -> list[str]:
 
 
 def _connected_problems(
-    nodes: Mapping[int, Node], node: CoProcessNode, first: dict[str, Type], known: dict[int, Columns]
+    nodes: Mapping[int, Node], node: ConnectedNode, first: dict[str, Type], known: dict[int, Columns]
 ) -> list[str]:
     """Each input's key columns are there, and pairwise of one type where both are known (the
     type decides the key group: keys of two types never meet)."""

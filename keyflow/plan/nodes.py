@@ -237,22 +237,28 @@ class ProcessNode(KeyedNode):
 
 
 @dataclass(frozen=True, eq=False)
-class CoProcessNode(KeyedNode):
-    """Two keyed streams connected (Flink's ``connect`` + ``KeyedCoProcessFunction``): the rows
-    of both routed by the same key groups (``keys`` of the first input, ``other_keys`` of the
-    second, equal in number and type), one keyed state shared by both, ``function`` called with
-    the first input's rows and ``other_function`` with the second's."""
+class ConnectedNode(KeyedNode):
+    """A keyed operator over two inputs routed by the same key groups: ``keys`` of the first
+    input, ``other_keys`` of the second, equal in number and type."""
 
     other_keys: tuple[str, ...] = ()
+
+    def input_keys(self, position: int) -> tuple[str, ...]:
+        return self.other_keys if position == 1 else self.keys
+
+
+@dataclass(frozen=True, eq=False)
+class CoProcessNode(ConnectedNode):
+    """Two keyed streams connected (Flink's ``connect`` + ``KeyedCoProcessFunction``): one
+    keyed state shared by both inputs, ``function`` called with the first input's rows and
+    ``other_function`` with the second's."""
+
     function: Callable[..., Any] | None = None
     other_function: Callable[..., Any] | None = None
     schema: pa.Schema | str | None = None
     state: Mapping[str, StateDescriptor] = field(default_factory=dict)
     on_timer: Callable[..., Any] | None = None
     kind: ClassVar[str] = "co_process"
-
-    def input_keys(self, position: int) -> tuple[str, ...]:
-        return self.other_keys if position == 1 else self.keys
 
     def declared_state(self) -> tuple[tuple[str, str], ...]:
         return tuple((name, str(descriptor.arrow_type)) for name, descriptor in with_ttl_columns(self.state).items())
@@ -266,6 +272,22 @@ class CoProcessNode(KeyedNode):
         if self.on_timer is not None:
             described["on_timer"] = function_name(self.on_timer)
         return described
+
+
+JOIN_TYPES = ("inner", "left", "right", "full")
+
+
+@dataclass(frozen=True, eq=False)
+class JoinNode(ConnectedNode):
+    """A regular join on key equality (Flink's streaming join): each input's rows kept in keyed
+    state, every new row joined with the other input's rows of its key. Outer joins emit a
+    changelog: a row padded with nulls is retracted (-D) when its first match arrives."""
+
+    how: str = "inner"
+    kind: ClassVar[str] = "join"
+
+    def describe(self) -> dict[str, Any]:
+        return {"keys": [list(self.keys), list(self.other_keys)], "how": self.how}
 
 
 @dataclass(frozen=True, eq=False)
@@ -309,6 +331,8 @@ def emits_changelog(nodes: Mapping[int, Node], node_id: int) -> bool:
     node = nodes[node_id]
     if isinstance(node, NormalizeNode):
         return True
+    if isinstance(node, JoinNode):
+        return node.how != "inner"
     if isinstance(node, AggregateNode):
         return node.changelog
     if isinstance(node, SourceNode):

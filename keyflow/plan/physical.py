@@ -18,6 +18,7 @@ from keyflow.plan.event_time import timer_state
 from keyflow.plan.nodes import (
     AggregateNode,
     CoProcessNode,
+    JoinNode,
     KeyedNode,
     NormalizeNode,
     ProcessNode,
@@ -82,6 +83,17 @@ class KeyedCoProcess(KeyedOperator):
 def _timer_contents() -> tuple[tuple[str, str], ...]:
     """Each key's pending timers, as the plan records them."""
     return tuple((name, str(descriptor.arrow_type)) for name, descriptor in timer_state().items())
+
+
+@dataclass(frozen=True, eq=False)
+class RegularJoin(KeyedOperator):
+    """Each input's rows of a key in list state (with outer joins: how many rows of the other
+    input each has matched); a new row is joined with the other input's rows of its key."""
+
+    node: JoinNode
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        return (("rows", "each input's rows"), ("how", self.node.how))
 
 
 @dataclass(frozen=True, eq=False)
@@ -177,6 +189,8 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
         return KeyedProcess(node) if node.on_timer is None else TimedProcess(node)
     if isinstance(node, CoProcessNode):
         return KeyedCoProcess(node)
+    if isinstance(node, JoinNode):
+        return RegularJoin(node)
     if not isinstance(node, AggregateNode):
         raise AssertionError(f"no physical kind for {node.kind} {node.name!r}")
     calls = parse_aggregations(node.aggregations)

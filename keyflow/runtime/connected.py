@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from keyflow.errors import PlanError
-from keyflow.plan.nodes import CoProcessNode
+from keyflow.plan.nodes import ConnectedNode
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.runtime.operators import packed_rows
 from keyflow.runtime.workers import TimedUserProcess, conform, fire_timers, not_a_table
@@ -29,7 +29,7 @@ from keyflow.state.timers import TaskTime
 INPUT, PACKED = "__input", ("__first", "__second")
 
 
-def connected_inputs(node: CoProcessNode, first: DataFrame, second: DataFrame, names: tuple[str, str]) -> DataFrame:
+def connected_inputs(node: ConnectedNode, first: DataFrame, second: DataFrame, names: tuple[str, str]) -> DataFrame:
     """Both inputs' rows as one frame (``names``: the inputs' operator names, for errors)."""
     for position, frame in enumerate((first, second)):
         missing = [key for key in node.input_keys(position) if key not in frame.columns]

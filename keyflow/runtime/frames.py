@@ -173,7 +173,7 @@ class FrameBuilder:
     def _keyed(self, node: nodes.Node, upstream: DataFrame) -> DataFrame:
         if not isinstance(node, nodes.KeyedNode):
             raise AssertionError(f"the plan partitions {node.kind} {node.name!r} by key, but it has no keys")
-        if isinstance(node, nodes.CoProcessNode):
+        if isinstance(node, nodes.ConnectedNode):
             second = self.frame(node.inputs[1]).drop(KEY_GROUP_COLUMN)
             names = (self.plan.nodes[node.inputs[0]].name, self.plan.nodes[node.inputs[1]].name)
             upstream = connected_inputs(node, upstream.drop(KEY_GROUP_COLUMN), second, names)

@@ -2,7 +2,8 @@
 
 It reads the timestamped log under $KEYFLOW_TEST_DIR and writes per-event running totals,
 and with event time (a watermark per split): session windows and
-inactivity alerts from timers (see ``tests.event_time``).
+inactivity alerts from timers (see ``tests.event_time``); with a second log of visits
+there, also the full outer join of both (a second source in the same query).
 """
 
 import os
@@ -23,3 +24,6 @@ stream.key_by("user").process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, or
     parquet(f"{base}/out")
 )
 event_time_sinks(stream, Path(base) / "event_time", tumbling_windows=False)  # tumbling: tests/test_event_time.py
+if Path(f"{base}/visits").exists():
+    visits = pipeline.source(log(f"{base}/visits", rows_per_batch=300), uid="visits")
+    stream.join(visits, on=[("user", "uid")], how="full").uid("join").sink(parquet(f"{base}/joined"), uid="joined")

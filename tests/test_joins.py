@@ -1,0 +1,151 @@
+"""Regular joins (``Stream.join``): every matching pair once, whatever order rows arrive in;
+outer joins as a changelog whose current table is the batch join after every micro-batch
+(a padded row is retracted when its first match arrives, as Flink does). The reference is
+pandas' merge of the same rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from keyflow import Log, Pipeline, files, parquet
+from keyflow.changelog import current
+from keyflow.connectors.streams import log
+from keyflow.errors import PlanError
+from tests.streams import config
+
+ORDERS = pa.schema([("user", pa.string()), ("order_id", pa.int64()), ("amount", pa.int64())])
+VISITS = pa.schema([("uid", pa.string()), ("visit", pa.int64())])
+HOW = ("inner", "left", "right", "full")
+
+
+def orders(rows: int, users: int, start: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    users_of = [f"u{n}" for n in rng.integers(0, users, rows)]
+    return pd.DataFrame(
+        {"user": users_of, "order_id": np.arange(start, start + rows), "amount": rng.integers(1, 99, rows)}
+    )
+
+
+def visits(rows: int, first_user: int, users: int, start: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    users_of = [f"u{n}" for n in rng.integers(first_user, first_user + users, rows)]
+    return pd.DataFrame({"uid": users_of, "visit": np.arange(start, start + rows)})
+
+
+def expected(left: pd.DataFrame, right: pd.DataFrame, how: str) -> pd.DataFrame:
+    """pandas' join, keys named as the left input's (a right-only row keeps its key)."""
+    joined = left.merge(right, left_on="user", right_on="uid", how="outer" if how == "full" else how)
+    joined["user"] = joined["user"].fillna(joined["uid"])
+    return tidy(joined[["user", "order_id", "amount", "visit"]])
+
+
+def tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.astype({"order_id": "Int64", "amount": "Int64", "visit": "Int64"})
+    return frame.sort_values(["user", "order_id", "visit"]).reset_index(drop=True)
+
+
+def output(path: Path, how: str) -> pd.DataFrame:
+    files_ = sorted(p for p in path.glob("part-*") if p.is_file())
+    rows = pa.concat_tables([pq.read_table(f) for f in files_]) if files_ else None
+    if rows is None:
+        return tidy(pd.DataFrame({c: [] for c in ("user", "order_id", "amount", "visit")}))
+    if how != "inner":
+        assert set(rows.column("op").to_pylist()) <= {"+I", "-D"}
+        rows = current(rows)
+    return tidy(rows.to_pandas())
+
+
+def joins(p: Pipeline, left: object, right: object, out: Path) -> None:
+    a, b = p.source(left, uid="orders"), p.source(right, uid="visits")
+    for how in HOW:
+        a.join(b, on=[("user", "uid")], how=how).uid(f"{how}-join").sink(parquet(out / how), uid=f"{how}-out")
+
+
+@pytest.mark.jvm
+def test_batch_joins_equal_pandas(tmp_path: Path) -> None:
+    left, right = orders(600, 40, start=0, seed=1), visits(500, 20, 40, start=0, seed=2)  # users 0..19 / 20..59
+    for name, frame, schema in (("orders", left, ORDERS), ("visits", right, VISITS)):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), tmp_path / name / "a.parquet")
+    p = Pipeline(config=config(3))
+    joins(p, files(str(tmp_path / "orders")), files(str(tmp_path / "visits")), tmp_path / "out")
+    p.run()
+    for how in HOW:
+        pd.testing.assert_frame_equal(output(tmp_path / "out" / how, how), expected(left, right, how), obj=how)
+
+
+def append(path: Path, frame: pd.DataFrame, schema: pa.Schema, key: str) -> None:
+    target = Log(path) if (path / "_log.json").exists() else Log.create(path, 3, schema)
+    target.append(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), key=key)
+
+
+@pytest.mark.jvm
+def test_streaming_outer_joins_equal_the_batch_join_after_every_micro_batch(tmp_path: Path) -> None:
+    """Rows of a key arrive on either side first, in separate micro-batches; a live rescale and
+    a restart at another parallelism come while the state holds unmatched rows."""
+    out = tmp_path / "out"
+    Log.create(tmp_path / "orders", 3, ORDERS)
+    Log.create(tmp_path / "visits", 3, VISITS)
+    p = Pipeline(config=config(2))
+    joins(p, log(str(tmp_path / "orders")), log(str(tmp_path / "visits")), out)
+    seen_orders, seen_visits = [], []
+    rounds = [
+        (orders(200, 30, start=0, seed=3), visits(50, 10, 30, start=0, seed=4)),
+        (orders(150, 50, start=1_000, seed=5), visits(300, 0, 60, start=1_000, seed=6)),
+        (orders(100, 70, start=2_000, seed=7), visits(0, 0, 1, start=2_000, seed=8)),
+        (orders(0, 1, start=3_000, seed=9), visits(200, 40, 40, start=3_000, seed=10)),
+    ]
+    job = None
+    try:
+        for number, (left, right) in enumerate(rounds):
+            if number == 3:  # restart at parallelism 1 from the checkpoint
+                job.stop()
+                p = Pipeline(config=config(1))
+                joins(p, log(str(tmp_path / "orders")), log(str(tmp_path / "visits")), out)
+                job = None
+            if len(left):
+                append(tmp_path / "orders", left, ORDERS, "user")
+            if len(right):
+                append(tmp_path / "visits", right, VISITS, "uid")
+            seen_orders.append(left)
+            seen_visits.append(right)
+            job = job or p.start(checkpoint=str(tmp_path / "ckpt"))
+            if number == 2:
+                job.rescale(3)
+            job.process_all_available()
+            all_left, all_right = pd.concat(seen_orders), pd.concat(seen_visits)
+            for how in HOW:
+                got = output(out / how, how)
+                pd.testing.assert_frame_equal(got, expected(all_left, all_right, how), obj=f"{how} after {number}")
+    finally:
+        if job is not None:
+            job.stop()
+    retracted = pq.read_table(out / "full", columns=["op"]).column("op").to_pylist()
+    assert retracted.count("-D") > 50  # padded rows were emitted, then retracted by their first match
+
+
+def test_join_mistakes_are_plan_errors(tmp_path: Path) -> None:
+    Log.create(tmp_path / "o", 2, ORDERS)
+    Log.create(tmp_path / "v", 2, VISITS)
+    p = Pipeline()
+    a, b = p.source(log(str(tmp_path / "o")), name="orders"), p.source(log(str(tmp_path / "v")), name="visits")
+    with pytest.raises(PlanError, match="join how='outer' is not a join type; choose one of inner, left, right, full"):
+        a.join(b, on=[("user", "uid")], how="outer")
+    with pytest.raises(PlanError, match=r"join on=\[\('user',\)\]: name the columns to match"):
+        a.join(b, on=[("user",)])  # type: ignore[list-item]
+    with pytest.raises(PlanError, match=r"both streams have column\(s\) \['order_id'\] besides the keys"):
+        a.join(a.select("user AS u", "order_id"), on=[("user", "u")])
+    a.join(b, on=[("amount", "uid")]).sink(parquet(tmp_path / "x"))
+    with pytest.raises(PlanError, match=r"key 'amount' of 'orders' is numeric but key 'uid' of 'visits' is string"):
+        p.plan()
+    p = Pipeline()
+    a, b = p.source(log(str(tmp_path / "o")), name="orders"), p.source(log(str(tmp_path / "v")), name="visits")
+    a.join(b, on="user").sink(parquet(tmp_path / "y"))
+    with pytest.raises(PlanError, match=r"the second stream \('visits'\) has no key column\(s\) \['user'\]"):
+        p.plan()
