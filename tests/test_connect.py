@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from keyflow import KeyedBatch, KeyedState, ListState, Log, Pipeline, ValueState, files, parquet
+from keyflow import KeyedBatch, KeyedState, ListState, Log, Pipeline, ValueState, datagen, files, parquet, sequence
 from keyflow.connectors.streams import log
 from keyflow.errors import PlanError
 from tests.streams import config, read_output
@@ -96,6 +96,36 @@ def test_connected_streams_share_keyed_state_in_a_batch_run(tmp_path: Path) -> N
     enrichment(p, files(str(tmp_path / "profiles")), files(str(tmp_path / "clicks")), tmp_path / "out")
     p.run()
     pd.testing.assert_frame_equal(got(tmp_path / "out"), expected(people, views), check_dtype=False)
+
+
+@pytest.mark.jvm
+def test_connected_timers_fire_whichever_input_registered_them() -> None:
+    """A batch run ends with every event-time timer firing (Flink's end of input): each input
+    registers a timer per key; on_timer receives each key once per timestamp, with the state
+    both inputs wrote."""
+
+    def first(batch: KeyedBatch, state: KeyedState) -> pa.Table:
+        state["seen"].update(pa.array(np.full(batch.num_keys, 1, np.int64)))
+        state.timers.register_event_time_timer(np.full(batch.num_keys, 1_000, np.int64))
+        return pa.table(
+            {"k": pa.array([], pa.int64()), "at": pa.array([], pa.int64()), "seen": pa.array([], pa.int64())}
+        )
+
+    def second(batch: KeyedBatch, state: KeyedState) -> pa.Table:
+        state.timers.register_event_time_timer(np.full(batch.num_keys, 2_000, np.int64))
+        return first(batch.of_rows(np.arange(0), batch.data.slice(0, 0))[0], state.of_keys(np.arange(0)))
+
+    def fired(timers, state: KeyedState) -> pa.Table:  # type: ignore[no-untyped-def]
+        stamps = timers.timestamps.cast(pa.int64())
+        return pa.table({"k": timers.keys.column("k"), "at": stamps, "seen": state["seen"].get().fill_null(0)})
+
+    p = Pipeline(config=config(2))
+    evens = p.source(datagen(rows=40, fields={"k": sequence(0, 2)})).key_by("k")  # keys 0, 2, ..., 78
+    thirds = p.source(datagen(rows=30, fields={"k": sequence(0, 3)})).key_by("k")  # keys 0, 3, ..., 87
+    out = evens.connect(thirds).process(first, second, "k bigint, at bigint, seen bigint",
+                                        state={"seen": ValueState("int64")}, on_timer=fired).to_pandas()  # fmt: skip
+    want = [(k, 1_000, 1) for k in range(0, 80, 2)] + [(k, 2_000, int(k % 2 == 0 and k < 80)) for k in range(0, 90, 3)]
+    assert sorted(map(tuple, out[["k", "at", "seen"]].to_numpy().tolist())) == sorted(want)
 
 
 def append(path: Path, frame: pd.DataFrame, schema: pa.Schema, key: str) -> None:

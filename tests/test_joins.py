@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from keyflow import Log, Pipeline, files, parquet
+from keyflow import Log, Pipeline, files, parquet, tumbling
 from keyflow.changelog import current
 from keyflow.connectors.streams import log
 from keyflow.errors import PlanError
@@ -57,6 +57,10 @@ def output(path: Path, how: str) -> pd.DataFrame:
         return tidy(pd.DataFrame({c: [] for c in ("user", "order_id", "amount", "visit")}))
     if how != "inner":
         assert set(rows.column("op").to_pylist()) <= {"+I", "-D"}
+        changes = rows.to_pandas()
+        signed = changes.assign(n=np.where(changes.op == "-D", -1, 1)).drop(columns="op")
+        net = signed.groupby([c for c in signed.columns if c != "n"], dropna=False).n.sum()
+        assert (net >= 0).all(), f"{how}: a row retracted more often than emitted: {net[net < 0]}"
         rows = current(rows)
     return tidy(rows.to_pandas())
 
@@ -144,6 +148,11 @@ def test_join_mistakes_are_plan_errors(tmp_path: Path) -> None:
     a.join(b, on=[("amount", "uid")]).sink(parquet(tmp_path / "x"))
     with pytest.raises(PlanError, match=r"key 'amount' of 'orders' is numeric but key 'uid' of 'visits' is string"):
         p.plan()
+    with pytest.raises(PlanError, match=r"names \['user'\] twice; name each column once"):
+        a.join(b, on=["user", "user"])
+    joined = a.join(b, on=[("user", "uid")])
+    with pytest.raises(PlanError, match=r"window\(\.\.\.\) over the output of join 'inner join' is not supported"):
+        joined.key_by("user").window(tumbling("1 min"))
     p = Pipeline()
     a, b = p.source(log(str(tmp_path / "o")), name="orders"), p.source(log(str(tmp_path / "v")), name="visits")
     a.join(b, on="user").sink(parquet(tmp_path / "y"))

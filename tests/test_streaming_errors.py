@@ -147,10 +147,10 @@ def test_non_checkpoint_directory_and_missing_checkpoint(spark, tmp_path: Path) 
 
 
 @pytest.mark.jvm
-def test_streaming_needs_one_unbounded_source(spark, tmp_path: Path) -> None:
+def test_streaming_reads_unbounded_sources_only(spark, tmp_path: Path) -> None:
     pipeline = Pipeline(config=config(2))
     pipeline.source(datagen(rows=10, fields={"k": random_int(1, 3)})).sink(parquet(tmp_path / "out"))
-    with pytest.raises(PlanError, match=r"needs exactly one unbounded source"):
+    with pytest.raises(PlanError, match=r"reads unbounded sources only.*bounded: \['source: datagen'\]"):
         pipeline.run(checkpoint=str(tmp_path / "ckpt"))
 
 

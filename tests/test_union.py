@@ -14,7 +14,7 @@ import pytest
 
 from keyflow import Log, Pipeline, WatermarkStrategy, files, parquet, tumbling
 from keyflow.connectors.streams import log
-from keyflow.errors import PlanError
+from keyflow.errors import PlanError, RestoreError
 from keyflow.plan.builder import Keying
 from keyflow.state.checkpoint import Checkpoint
 from tests.event_time import append_timed, expected_tumbling, normalized, timed_events
@@ -68,7 +68,7 @@ def test_union_mistakes_are_plan_errors_naming_the_streams_and_columns(tmp_path:
     changelog = a.key_by("user").aggregate(n="count(*)").select("user", "n AS amount", "n AS seq")
     assert not changelog.is_changelog  # key_by's aggregate emits each changed key's row, no row kinds
     sql_like = p.builder.aggregate(a.node_id, Keying(("user",)), {"amount": "sum(amount)"}, emit_changelog=True)
-    with pytest.raises(PlanError, match=r"union\(\.\.\.\) of a changelog .* and streams of inserts"):
+    with pytest.raises(PlanError, match=r"union\(\.\.\.\) of a changelog .* is not supported yet: a union"):
         p.builder.union([sql_like, a.select("user", "amount", "'+I' AS op").node_id])
 
 
@@ -99,6 +99,21 @@ def test_streaming_union_of_two_logs_with_restart_at_another_parallelism(tmp_pat
     assert {batch.parallelism for batch in second.batches} == {3}
     everything = pd.concat([a1, b1, a2, b2])
     pd.testing.assert_frame_equal(latest_counts(tmp_path / "counts"), expected_counts(everything), check_dtype=False)
+    fewer = Pipeline(config=config(2))
+    counted = fewer.source(log(str(tmp_path / "a")), uid="a").key_by("user")
+    counted.aggregate(events="count(*)", amount="sum(amount)").sink(parquet(tmp_path / "counts"))
+    with pytest.raises(RestoreError, match=r"now reads sources \['a'\] \(uids\) but .* was started with \['a', 'b'\]"):
+        fewer.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+
+def test_sources_of_one_name_without_uids_cannot_stream_together(tmp_path: Path) -> None:
+    """Their derived uids follow creation order: swapping them would swap offsets and watermarks."""
+    append(tmp_path / "a", events(10, 2, start=0, seed=1))
+    append(tmp_path / "b", events(10, 2, start=0, seed=2))
+    p = Pipeline(config=config(1))
+    p.source(log(str(tmp_path / "a"))).union(p.source(log(str(tmp_path / "b")))).sink(parquet(tmp_path / "o"))
+    with pytest.raises(PlanError, match=r"sources \['source: log'\] have the same name and no uid.*uid='orders'"):
+        p.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
 
 
 @pytest.mark.jvm

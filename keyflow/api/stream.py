@@ -193,6 +193,14 @@ def _join_pairs(on: object) -> list[tuple[str, str]]:
         raise PlanError(
             f"join on={on!r}: name the columns to match, e.g. on='user', on=['user', 'day'] or on=[('user', 'uid')]"
         )
+    for side in (0, 1):
+        columns = [pair[side] for pair in pairs]
+        repeated = sorted({c for c in columns if columns.count(c) > 1})
+        if repeated:
+            raise PlanError(
+                f"join on={on!r} names {repeated} twice; name each column once (a pair of a column of each stream is "
+                "a tuple inside a list: on=[('user', 'uid')])"
+            )
     return pairs
 
 
@@ -316,8 +324,9 @@ class ConnectedStreams:
         rows of the first stream, ``second(batch, state) -> table`` for rows of the second;
         ``batch`` is a :class:`keyflow.KeyedBatch` of that stream's rows (its own columns) and
         ``state`` the one keyed state both share (declared in ``state``; with ``on_timer``,
-        ``state.timers`` as in :meth:`KeyedStream.process`). In a micro-batch the first
-        stream's rows of a key are processed before the second's. Keys of the two streams are
+        ``state.timers`` as in :meth:`KeyedStream.process`). Within one call the first
+        stream's rows are processed before the second's; a micro-batch of a subtask may be
+        several calls (Arrow batches), in any order of the two streams. Keys of the two streams are
         matched by position (``user`` of one with ``user_id`` of the other) and must have the
         same types."""
         one = self._first._stream

@@ -221,14 +221,11 @@ class PlanBuilder:
         problems = union_problems(self._nodes, input_ids)
         if problems:
             raise PlanError(*problems)
-        changelogs = [self.is_changelog(input_id) for input_id in input_ids]
-        if any(changelogs) and not all(changelogs):
-            labels = [
-                self._nodes[i].name for i, is_changelog in zip(input_ids, changelogs, strict=True) if is_changelog
-            ]
+        changelogs = [self._nodes[input_id].name for input_id in input_ids if self.is_changelog(input_id)]
+        if changelogs:
             raise PlanError(
-                f"union(...) of a changelog ({labels}: rows with updates and deletes in 'op') and streams of inserts; "
-                "union changelogs with changelogs only"
+                f"union(...) of a changelog ({changelogs}: rows with updates and deletes in 'op') is not supported "
+                "yet: a union rebalances its inputs, which would reorder each key's changes; union streams of inserts"
             )
         return self._add(nodes.UnionNode, tuple(input_ids), name, None)
 
@@ -287,10 +284,7 @@ class PlanBuilder:
             raise PlanError("window(...) over a changelog (rows with updates and deletes) is not supported yet")
         column = nodes.event_time_column(self._nodes, input_id)
         if column is None:
-            raise PlanError(
-                "window(...) needs event time: declare the source's with "
-                "pipeline.source(src, watermark=WatermarkStrategy.for_bounded_out_of_orderness('ts', '5 s'))"
-            )
+            raise PlanError(self._no_event_time(input_id))
         available = output_columns(self._nodes, input_id, {})
         if available is not None and column not in available:
             raise PlanError(
@@ -298,6 +292,25 @@ class PlanBuilder:
                 f"columns reaching the window {list(available)}; keep it in the operators before the window"
             )
         return nodes.Windowing(assigner, column, allowed_lateness, late_rows)
+
+    def _no_event_time(self, input_id: int) -> str:
+        """Why the rows of ``input_id`` have no event time to window by."""
+        origin = nodes.event_time_origin(self._nodes, input_id)
+        if isinstance(origin, nodes.ConnectedNode):
+            return (
+                f"window(...) over the output of {origin.kind} {origin.name!r} is not supported: its rows carry "
+                "no one source's event time; window each input before joining them"
+            )
+        if isinstance(origin, nodes.UnionNode):
+            columns = {self._nodes[i].name: nodes.event_time_column(self._nodes, i) for i in origin.inputs}
+            return (
+                f"window(...) after union {origin.name!r}: its inputs' event-time columns are {columns} (None: no "
+                "watermark); give every source a watermark strategy on the same column"
+            )
+        return (
+            "window(...) needs event time: declare the source's with "
+            "pipeline.source(src, watermark=WatermarkStrategy.for_bounded_out_of_orderness('ts', '5 s'))"
+        )
 
     def window_aggregate(
         self, input_id: int, keying: Keying, windowing: nodes.Windowing, aggregations: Mapping[str, str]

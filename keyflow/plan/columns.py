@@ -177,11 +177,12 @@ def column_problems(nodes: Mapping[int, Node], ordered: list[Node]) -> list[str]
     problems: list[str] = []
     for node in ordered:
         available = output_columns(nodes, node.inputs[0], known) if node.inputs else None
-        if available is None or isinstance(node, NormalizeNode):
-            continue
         if isinstance(node, ConnectedNode):
             problems.extend(_connected_problems(nodes, node, available, known))
-        elif isinstance(node, KeyedNode):
+            continue
+        if available is None or isinstance(node, NormalizeNode):
+            continue
+        if isinstance(node, KeyedNode):
             problems.extend(_keyed_problems(node, available))
         elif isinstance(node, SinkNode) and (missing := [k for k in node.primary_key if k not in available]):
             problems.append(missing_primary_key_message(node, missing, list(available)))
@@ -203,7 +204,7 @@ def _keyed_problems(node: KeyedNode, available: dict[str, Type]) -> list[str]:
 
 
 def _connected_problems(
-    nodes: Mapping[int, Node], node: ConnectedNode, first: dict[str, Type], known: dict[int, Columns]
+    nodes: Mapping[int, Node], node: ConnectedNode, first: Columns, known: dict[int, Columns]
 ) -> list[str]:
     """Each input's key columns are there, and pairwise of one type where both are known (the
     type decides the key group: keys of two types never meet)."""
@@ -217,7 +218,7 @@ def _connected_problems(
                 f"operator {node.name!r}: the {('first', 'second')[position]} stream ({stream!r}) has no key column(s) "
                 f"{missing}; its columns: {list(available or ())}"
             )
-    if problems or second is None:
+    if problems or first is None or second is None:
         return problems
     for key, other in zip(node.keys, node.other_keys, strict=True):
         if first[key] and second[other] and first[key] != second[other]:

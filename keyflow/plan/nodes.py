@@ -327,7 +327,7 @@ def function_name(function: Callable[..., Any] | None) -> str:
 
 def emits_changelog(nodes: Mapping[int, Node], node_id: int) -> bool:
     """Whether the rows of ``node_id`` carry row kinds (``op``): a normalized changelog source,
-    an aggregate over a changelog, and the stateless operators after them."""
+    an aggregate over a changelog, an outer join, and the stateless operators after them."""
     node = nodes[node_id]
     if isinstance(node, NormalizeNode):
         return True
@@ -350,13 +350,22 @@ def reads_unbounded(needed: Iterable[Node]) -> bool:
 def event_time_column(nodes: Mapping[int, Node], node_id: int) -> str | None:
     """The event-time column of the source(s) ``node_id`` reads from (their watermark strategy's);
     None where a source has none or a union's sources name different columns."""
-    found = nodes[node_id]
-    while not isinstance(found, (SourceNode, UnionNode)) and found.inputs:
-        found = nodes[found.inputs[0]]
+    found = event_time_origin(nodes, node_id)
+    if isinstance(found, ConnectedNode):
+        return None  # a join's or connect's rows carry no event time of one source (as Flink SQL)
     if isinstance(found, UnionNode):
         columns = {event_time_column(nodes, input_id) for input_id in found.inputs}
         return columns.pop() if len(columns) == 1 else None
     return found.watermark.column if isinstance(found, SourceNode) and found.watermark is not None else None
+
+
+def event_time_origin(nodes: Mapping[int, Node], node_id: int) -> Node:
+    """Where the event time of ``node_id``'s rows comes from: a source, a union, or a two-input
+    keyed operator (following the first input of every other operator)."""
+    found = nodes[node_id]
+    while not isinstance(found, (SourceNode, UnionNode, ConnectedNode)) and found.inputs:
+        found = nodes[found.inputs[0]]
+    return found
 
 
 def keyed_origin(nodes: Mapping[int, Node], node_id: int) -> Node:

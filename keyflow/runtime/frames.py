@@ -24,7 +24,7 @@ from keyflow.plan.columns import missing_primary_key_message
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.graph import Partitioner
 from keyflow.runtime.adaptive_exchange import StageReport, adaptive_keyed_exchange
-from keyflow.runtime.connected import connected_inputs
+from keyflow.runtime.connected import PACKED, connected_inputs
 from keyflow.runtime.errors import guarded
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition, rebalance
 from keyflow.runtime.operators import (
@@ -158,8 +158,9 @@ class FrameBuilder:
                     f"union {node.name!r}: {a!r} has columns {first.columns}, {b!r} has {frame.columns}; select or "
                     "rename the columns so every input has the same names"
                 )
-            differ = [f"{c} ({first.schema[c].dataType.simpleString()} vs {frame.schema[c].dataType.simpleString()})"
-                      for c in first.columns if first.schema[c].dataType != frame.schema[c].dataType]  # fmt: skip
+            kinds = [(c, first.schema[c].dataType.simpleString(), frame.schema[c].dataType.simpleString())
+                     for c in first.columns]  # fmt: skip
+            differ = [f"{c} ({a} vs {b})" for c, a, b in kinds if a != b]  # nullability aside, as Spark's union
             if differ:
                 raise PlanError(
                     f"union {node.name!r}: {self.plan.nodes[input_id].name!r} has columns of other types than "
@@ -255,10 +256,13 @@ class FrameBuilder:
         return exchange
 
     def key_types(self, node_id: int) -> dict[str, str]:
-        """The Spark types of a built keyed operator's key columns."""
+        """The Spark types of a built keyed operator's key columns (and of a join's stored rows)."""
         node, upstream = self.plan.nodes[node_id], self._keyed_inputs[node_id]
         assert isinstance(node, nodes.KeyedNode)
-        return {key: upstream.schema[key].dataType.simpleString() for key in node.keys}
+        types = {key: upstream.schema[key].dataType.simpleString() for key in node.keys}
+        if isinstance(node, nodes.JoinNode):  # its state holds each input's rows: their columns are fixed too
+            types.update({f"rows of input {i + 1}": upstream.schema[PACKED[i]].dataType.simpleString() for i in (0, 1)})
+        return types
 
     def _persist(self, frame: DataFrame) -> DataFrame:
         persisted = frame.persist()
@@ -302,6 +306,12 @@ class FrameBuilder:
         assert isinstance(node, nodes.KeyedNode)
         count = upstream.filter(null_key_condition(node.keys)).count()
         total = upstream.count()
+        if isinstance(node, nodes.ConnectedNode):
+            return DataError(
+                f"operator {node.name!r}: {count} of {total} rows of its two inputs have a null in key column(s) "
+                f"{list(node.keys)} / {list(node.other_keys)}; filter them out first or set pipeline.null-keys=drop "
+                "(an outer join does not emit them padded with nulls yet, as SQL would)"
+            )
         return DataError(
             f"operator {node.name!r}: {count} of {total} rows have a null in key column(s) {list(node.keys)}; "
             "filter them out first, set pipeline.null-keys=drop, or keep them with "

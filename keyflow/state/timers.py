@@ -41,12 +41,14 @@ class TaskTime:
     ``watermark_before`` held while the batch's rows arrived (rows at or before it are late),
     ``watermark`` is reached once they are processed (timers and windows up to it fire),
     ``processing_time`` is the driver's clock when the micro-batch started (state TTL runs on
-    it); ``end_of_input``: a bounded input's end, where every timer fires."""
+    it); ``end_of_input``: a bounded input's end, where every timer fires; ``idle``: every
+    split of the source is idle (an operator with other inputs goes on without it)."""
 
     watermark_before: int
     watermark: int
     processing_time: int
     end_of_input: bool = False
+    idle: bool = False
 
     @staticmethod
     def bounded(processing_time: int) -> TaskTime:
@@ -57,13 +59,16 @@ class TaskTime:
     @staticmethod
     def earliest(times: Iterable[TaskTime]) -> TaskTime:
         """An operator reading several inputs runs at the smallest of their times (Flink's
-        watermark of a two-input operator is the minimum of its inputs')."""
-        found = list(times)
+        watermark of a two-input operator is the minimum of its inputs'), leaving out idle
+        inputs unless all are idle (as Flink's ``StatusWatermarkValve``)."""
+        given = list(times)
+        found = [t for t in given if not t.idle] or given
         return TaskTime(
             min(t.watermark_before for t in found),
             min(t.watermark for t in found),
             min(t.processing_time for t in found),
             all(t.end_of_input for t in found),
+            all(t.idle for t in found),
         )
 
     def until(self, domain: str) -> int:

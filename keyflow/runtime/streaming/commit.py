@@ -89,7 +89,8 @@ def commit_micro_batch(
         observations.append(Observation())
         sources[source_id] = rows.observe(observations[-1], F.count(F.lit(1)).alias("rows"))
     builder = FrameBuilder(frame.sparkSession, plan, sources, state, time=times)
-    time_now = TaskTime.earliest(times.values())
+    timed = [time for source_id, time in times.items() if plan.nodes[source_id].watermark is not None]
+    time_now = TaskTime.earliest(timed or times.values())  # the watermark the batch reports
     try:
         # Every sink consumes its input in full, so each keyed subtask runs to its end and
         # writes its state file once (operators read by several sinks are persisted).

@@ -61,12 +61,7 @@ class PreKeyedSource:
         pre_keyed = [source for source in sources if plan.pre_keyed_by(source.id)]
         if not pre_keyed:
             return None
-        if len(sources) > 1:
-            raise PlanError(
-                f"source {pre_keyed[0].name!r} is read pre-keyed (reinterpret_as_keyed) in a streaming pipeline of "
-                f"{len(sources)} sources; that is not supported yet: use key_by(...) on it"
-            )
-        source = pre_keyed[0]
+        source = pre_keyed[0]  # the only source: refused with several (restore.streaming_sources)
         keys = plan.pre_keyed_by(source.id)
         saved = manifest.pre_keyed if manifest else {}
         operators = {uid: node for uid, node in plan.keyed_nodes().items() if plan.reads_pre_keyed(node)}

@@ -8,6 +8,7 @@ published is published, and anything written after the newest commit is removed.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 
@@ -38,17 +39,32 @@ class Restored:
 
 
 def streaming_sources(plan: CompiledPlan) -> tuple[SourceNode, ...]:
-    """The unbounded sources a streaming run reads (one query reads them all)."""
+    """The unbounded sources a streaming run reads, in the order of their uids: one Spark query
+    reads them all, and its checkpoint keeps each source's offsets by position."""
     sources = plan.sources
     bounded = [node.name for node in sources if not is_unbounded(node.source)]
     if not sources or bounded:
         raise PlanError(
             "a streaming run (run(checkpoint=...)) reads unbounded sources only, e.g. "
             "datagen(rows_per_second=...), files(..., watch=True) or log(...); "
-            f"{bounded or 'no source'} {'is' if len(bounded) == 1 else 'are'} bounded in "
-            f"{[node.name for node in sources]}"
+            + (f"bounded: {bounded} of {[node.name for node in sources]}" if bounded else "this pipeline has none")
         )
-    return tuple(sources)
+    if len(sources) > 1:
+        names = [node.name for node in sources]
+        unnamed = [node.name for node in sources if node.explicit_uid is None and names.count(node.name) > 1]
+        if unnamed:
+            raise PlanError(
+                f"sources {sorted(set(unnamed))} have the same name and no uid, so their derived uids follow the order "
+                "they are created in (swapping them would swap their offsets and watermarks); give each source "
+                "of a streaming run of several sources a uid: p.source(..., uid='orders')"
+            )
+        pre_keyed = [node.name for node in sources if plan.pre_keyed_by(node.id)]
+        if pre_keyed:
+            raise PlanError(
+                f"source {pre_keyed[0]!r} is read pre-keyed (reinterpret_as_keyed) in a streaming run of "
+                f"{len(sources)} sources; that is not supported yet: use key_by(...) on it"
+            )
+    return tuple(sorted(sources, key=lambda node: plan.uid(node.id)))
 
 
 def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
@@ -159,35 +175,42 @@ def fixed_by_first_run(checkpoint: Checkpoint, plan_file: PlanFile, **facts: obj
 
 
 def check_source_schemas(checkpoint: Checkpoint, plan_file: PlanFile, schemas: dict[str, tuple[str, str]]) -> PlanFile:
-    """The sources' columns are fixed by the first run (an inferred schema could drift);
-    ``schemas``: each source's name and schema by uid."""
+    """The sources and their columns are fixed by the first run (an inferred schema could
+    drift; Spark's checkpoint keeps offsets by source position); ``schemas``: each source's
+    name and schema by uid."""
     recorded = _schemas_text(schemas)
     plan_file = fixed_by_first_run(checkpoint, plan_file, source_schema=recorded)
     if plan_file.source_schema == recorded:
         return plan_file
     before = _schemas_of(plan_file.source_schema or "", list(schemas))
-    changed = [(name, schema, before.get(uid)) for uid, (name, schema) in schemas.items() if before.get(uid) != schema]
-    name, schema, started = (
-        changed[0] if changed else (", ".join(n for n, _ in schemas.values()), recorded, plan_file.source_schema)
-    )
+    if set(before) != set(schemas):
+        raise RestoreError(
+            f"the pipeline now reads sources {sorted(schemas)} (uids) but checkpoint {checkpoint.uri} was started with "
+            f"{sorted(before)}; adding, removing or renaming a source of a streaming run needs a new checkpoint "
+            "(Spark's own checkpoint tracks each source's offsets by position)"
+        )
+    uid = next(uid for uid in schemas if before[uid] != schemas[uid][1])
+    name, schema = schemas[uid]
     raise RestoreError(
-        f"source {name!r} now reads {schema} but checkpoint {checkpoint.uri} was started with {started}; give the "
-        "source that schema explicitly (files(..., schema=...)) or start a new checkpoint"
+        f"source {name!r} now reads {schema} but checkpoint {checkpoint.uri} was started with {before[uid]}; give "
+        "the source that schema explicitly (files(..., schema=...)) or start a new checkpoint"
     )
 
 
 def _schemas_text(schemas: dict[str, tuple[str, str]]) -> str:
-    """One source: its schema (as checkpoints of one source always recorded it); several: by uid."""
+    """One source: its schema (as checkpoints of one source always recorded it); several: a
+    JSON object of each source's schema by uid."""
     if len(schemas) == 1:
         return next(iter(schemas.values()))[1]
-    return "; ".join(f"{uid}: {schema}" for uid, (_, schema) in sorted(schemas.items()))
+    return json.dumps({uid: schema for uid, (_, schema) in sorted(schemas.items())})
 
 
 def _schemas_of(text: str, uids: list[str]) -> dict[str, str]:
-    if len(uids) == 1:
-        return {uids[0]: text}
-    found = dict(part.split(": ", 1) for part in text.split("; ") if ": " in part)
-    return found
+    """What :func:`_schemas_text` recorded, by uid (one source: under the only uid asked for)."""
+    if text.startswith("{"):
+        found: dict[str, str] = json.loads(text)
+        return found
+    return {uids[0]: text} if len(uids) == 1 else {"(one source)": text}
 
 
 def check_key_types(
@@ -200,7 +223,7 @@ def check_key_types(
     for uid, types in current.items():
         if plan_file.key_types.get(uid, types) != types:
             raise RestoreError(
-                f"operator {names[uid]!r}: key columns are now {types} but checkpoint "
+                f"operator {names[uid]!r}: key columns (and a join's stored rows) are now {types} but checkpoint "
                 f"{checkpoint.uri} holds state keyed by {plan_file.key_types[uid]}; the same keys would hash to "
                 "other key groups. Cast the keys back to those types, or start a new checkpoint"
             )

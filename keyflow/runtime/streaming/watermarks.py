@@ -78,4 +78,5 @@ def batch_time(
         latest = frame.agg(F.max(event_time)).collect()[0][0]
         observed, split_count = ({} if latest is None else {0: int(latest)}), 1
     after = before.advance(strategy, split_count, observed, now, restarted)
-    return TaskTime(before.watermark, after.watermark, processing), {uid: after.to_dict()}, frame
+    idle = len(after.idle_splits(strategy, now)) == len(after.splits) > 0
+    return TaskTime(before.watermark, after.watermark, processing, idle=idle), {uid: after.to_dict()}, frame
