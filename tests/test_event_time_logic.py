@@ -89,6 +89,17 @@ def test_splits_added_while_running_join_the_minimum() -> None:
     assert mark.advance(STRATEGY, 2, {0: 120_000_000}, now=1.0).watermark == mark.watermark  # split 1: no rows
 
 
+def test_an_operator_runs_at_the_earliest_of_its_sources_leaving_idle_ones_out() -> None:
+    """Flink's rule for several inputs: the minimum watermark, over the inputs that are not
+    idle (all idle: the minimum of all); a source without watermarks holds it back."""
+    a, b = TaskTime(100, 200, 7), TaskTime(50, 90, 7)
+    assert TaskTime.earliest([a, b]) == TaskTime(50, 90, 7)
+    idle_b = TaskTime(50, 90, 7, idle=True)
+    assert TaskTime.earliest([a, idle_b]) == a
+    assert TaskTime.earliest([TaskTime(100, 200, 7, idle=True), idle_b]) == TaskTime(50, 90, 7, idle=True)
+    assert TaskTime.earliest([a, TaskTime(NO_WATERMARK, NO_WATERMARK, 7)]).watermark == NO_WATERMARK
+
+
 # -- timers ----------------------------------------------------------------------------------
 def store_with(keys: list[str], state: dict | None = None) -> tuple[KeyedStateStore, np.ndarray]:  # type: ignore[type-arg]
     store = KeyedStateStore({**(state or {}), **timer_state()})
