@@ -50,8 +50,8 @@ def streaming_sources(plan: CompiledPlan) -> tuple[SourceNode, ...]:
             + (f"bounded: {bounded} of {[node.name for node in sources]}" if bounded else "this pipeline has none")
         )
     if len(sources) > 1:
-        names = [node.name for node in sources]
-        unnamed = [node.name for node in sources if node.explicit_uid is None and names.count(node.name) > 1]
+        names = [node.name for node in sources if node.explicit_uid is None]
+        unnamed = [name for name in names if names.count(name) > 1]
         if unnamed:
             raise PlanError(
                 f"sources {sorted(set(unnamed))} have the same name and no uid, so their derived uids follow the order "
@@ -223,7 +223,7 @@ def check_key_types(
     for uid, types in current.items():
         if plan_file.key_types.get(uid, types) != types:
             raise RestoreError(
-                f"operator {names[uid]!r}: key columns (and a join's stored rows) are now {types} but checkpoint "
+                f"operator {names[uid]!r}: key columns are now {types} but checkpoint "
                 f"{checkpoint.uri} holds state keyed by {plan_file.key_types[uid]}; the same keys would hash to "
                 "other key groups. Cast the keys back to those types, or start a new checkpoint"
             )
