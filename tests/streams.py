@@ -27,13 +27,19 @@ def events(rows: int, users: int, start: int, seed: int) -> pd.DataFrame:
     )
 
 
-def append(log_path: Path, frame: pd.DataFrame, splits: int = 3, schema: pa.Schema = EVENTS) -> None:
-    """Append ``frame`` to the log (created with ``splits`` and ``schema`` if new), split by user."""
+def append(log_path: Path, frame: pd.DataFrame, splits: int = 3, schema: pa.Schema = EVENTS, key: str = "user") -> None:
+    """Append ``frame`` to the log (created with ``splits`` and ``schema`` if new), split by ``key``."""
     try:
         log = Log(log_path)
     except Exception:
         log = Log.create(log_path, splits, schema)
-    log.append(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), key="user")
+    log.append(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), key=key)
+
+
+def write_files(directory: Path, frame: pd.DataFrame, schema: pa.Schema = EVENTS) -> None:
+    """``frame`` as the one Parquet file of a new directory (a bounded files(...) source)."""
+    directory.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), directory / "part.parquet")
 
 
 def running_total(batch: KeyedBatch, state: KeyedState) -> pa.Table:

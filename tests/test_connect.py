@@ -12,13 +12,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 from keyflow import KeyedBatch, KeyedState, ListState, Log, Pipeline, ValueState, datagen, files, parquet, sequence
 from keyflow.connectors.streams import log
 from keyflow.errors import PlanError
-from tests.streams import config, read_output
+from tests.streams import append, config, read_output, write_files
 
 PROFILES = pa.schema([("user", pa.string()), ("country", pa.string())])
 CLICKS = pa.schema([("uid", pa.string()), ("click", pa.int64())])
@@ -89,9 +88,8 @@ def got(out: Path) -> pd.DataFrame:
 @pytest.mark.jvm
 def test_connected_streams_share_keyed_state_in_a_batch_run(tmp_path: Path) -> None:
     people, views = profiles(range(0, 80), seed=1), clicks(3_000, 100, start=0, seed=2)  # users 80..99: no profile
-    for name, frame, schema in (("profiles", people, PROFILES), ("clicks", views, CLICKS)):
-        (tmp_path / name).mkdir()
-        pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), tmp_path / name / "a.parquet")
+    write_files(tmp_path / "profiles", people, PROFILES)
+    write_files(tmp_path / "clicks", views, CLICKS)
     p = Pipeline(config=config(3))
     enrichment(p, files(str(tmp_path / "profiles")), files(str(tmp_path / "clicks")), tmp_path / "out")
     p.run()
@@ -128,11 +126,6 @@ def test_connected_timers_fire_whichever_input_registered_them() -> None:
     assert sorted(map(tuple, out[["k", "at", "seen"]].to_numpy().tolist())) == sorted(want)
 
 
-def append(path: Path, frame: pd.DataFrame, schema: pa.Schema, key: str) -> None:
-    target = Log(path) if (path / "_log.json").exists() else Log.create(path, 3, schema)
-    target.append(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), key=key)
-
-
 @pytest.mark.jvm
 def test_connected_streams_in_a_stream_with_restart_at_another_parallelism(tmp_path: Path) -> None:
     """Clicks arrive before, with and after their user's profile, over micro-batches of both
@@ -146,12 +139,12 @@ def test_connected_streams_in_a_stream_with_restart_at_another_parallelism(tmp_p
 
     early, late = profiles(range(0, 40), seed=3), profiles(range(40, 90), seed=4)
     first_clicks, more_clicks = clicks(1_200, 100, start=0, seed=5), clicks(900, 100, start=10_000, seed=6)
-    append(tmp_path / "p", early, PROFILES, "user")
-    append(tmp_path / "c", first_clicks, CLICKS, "uid")
+    append(tmp_path / "p", early, schema=PROFILES, key="user")
+    append(tmp_path / "c", first_clicks, schema=CLICKS, key="uid")
     run(2)
     pd.testing.assert_frame_equal(got(out), expected(early, first_clicks), check_dtype=False)
-    append(tmp_path / "p", late, PROFILES, "user")
-    append(tmp_path / "c", more_clicks, CLICKS, "uid")
+    append(tmp_path / "p", late, schema=PROFILES, key="user")
+    append(tmp_path / "c", more_clicks, schema=CLICKS, key="uid")
     run(3)
     everything = expected(pd.concat([early, late]), pd.concat([first_clicks, more_clicks]))
     pd.testing.assert_frame_equal(got(out), everything, check_dtype=False)

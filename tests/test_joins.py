@@ -16,8 +16,8 @@ import pytest
 from keyflow import Log, Pipeline, files, parquet, tumbling
 from keyflow.changelog import current
 from keyflow.connectors.streams import log
-from keyflow.errors import PlanError
-from tests.streams import config
+from keyflow.errors import DataError, PlanError
+from tests.streams import append, config, write_files
 
 ORDERS = pa.schema([("user", pa.string()), ("order_id", pa.int64()), ("amount", pa.int64())])
 VISITS = pa.schema([("uid", pa.string()), ("visit", pa.int64())])
@@ -74,19 +74,13 @@ def joins(p: Pipeline, left: object, right: object, out: Path) -> None:
 @pytest.mark.jvm
 def test_batch_joins_equal_pandas(tmp_path: Path) -> None:
     left, right = orders(600, 40, start=0, seed=1), visits(500, 20, 40, start=0, seed=2)  # users 0..19 / 20..59
-    for name, frame, schema in (("orders", left, ORDERS), ("visits", right, VISITS)):
-        (tmp_path / name).mkdir()
-        pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), tmp_path / name / "a.parquet")
+    write_files(tmp_path / "orders", left, ORDERS)
+    write_files(tmp_path / "visits", right, VISITS)
     p = Pipeline(config=config(3))
     joins(p, files(str(tmp_path / "orders")), files(str(tmp_path / "visits")), tmp_path / "out")
     p.run()
     for how in HOW:
         pd.testing.assert_frame_equal(output(tmp_path / "out" / how, how), expected(left, right, how), obj=how)
-
-
-def append(path: Path, frame: pd.DataFrame, schema: pa.Schema, key: str) -> None:
-    target = Log(path) if (path / "_log.json").exists() else Log.create(path, 3, schema)
-    target.append(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), key=key)
 
 
 @pytest.mark.jvm
@@ -114,9 +108,9 @@ def test_streaming_outer_joins_equal_the_batch_join_after_every_micro_batch(tmp_
                 joins(p, log(str(tmp_path / "orders")), log(str(tmp_path / "visits")), out)
                 job = None
             if len(left):
-                append(tmp_path / "orders", left, ORDERS, "user")
+                append(tmp_path / "orders", left, schema=ORDERS, key="user")
             if len(right):
-                append(tmp_path / "visits", right, VISITS, "uid")
+                append(tmp_path / "visits", right, schema=VISITS, key="uid")
             seen_orders.append(left)
             seen_visits.append(right)
             job = job or p.start(checkpoint=str(tmp_path / "ckpt"))
@@ -132,6 +126,20 @@ def test_streaming_outer_joins_equal_the_batch_join_after_every_micro_batch(tmp_
             job.stop()
     retracted = pq.read_table(out / "full", columns=["op"]).column("op").to_pylist()
     assert retracted.count("-D") > 50  # padded rows were emitted, then retracted by their first match
+
+
+@pytest.mark.jvm
+def test_null_join_keys_fail_naming_both_inputs_and_the_way_out(tmp_path: Path) -> None:
+    left = orders(20, 5, start=0, seed=11)
+    left.loc[3, "user"] = None
+    write_files(tmp_path / "orders", left, ORDERS)
+    write_files(tmp_path / "visits", visits(20, 0, 5, start=0, seed=12), VISITS)
+    p = Pipeline(config=config(2))
+    a, b = p.source(files(str(tmp_path / "orders"))), p.source(files(str(tmp_path / "visits")))
+    a.join(b, on=[("user", "uid")], how="left").sink(parquet(tmp_path / "out"))
+    with pytest.raises(DataError, match=r"1 of 40 rows of its two inputs have a null in key column\(s\) \['user'\] / "
+                       r"\['uid'\]; filter them out first or set pipeline.null-keys=drop"):  # fmt: skip
+        p.run()
 
 
 def test_join_mistakes_are_plan_errors(tmp_path: Path) -> None:

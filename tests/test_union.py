@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from keyflow import Log, Pipeline, WatermarkStrategy, files, parquet, tumbling
@@ -17,15 +16,10 @@ from keyflow.connectors.streams import log
 from keyflow.errors import PlanError, RestoreError
 from keyflow.plan.builder import Keying
 from keyflow.state.checkpoint import Checkpoint
-from tests.event_time import append_timed, expected_tumbling, normalized, timed_events
-from tests.streams import EVENTS, append, config, events, expected_counts, latest_counts, read_output
+from tests.event_time import TIMED, append_timed, expected_tumbling, normalized, timed_events
+from tests.streams import append, config, events, expected_counts, latest_counts, read_output, write_files
 
 STRATEGY = WatermarkStrategy.for_bounded_out_of_orderness("ts", "30 s")
-
-
-def write_files(path: Path, frame: pd.DataFrame) -> None:
-    path.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pandas(frame, schema=EVENTS, preserve_index=False), path / "part.parquet")
 
 
 @pytest.mark.jvm
@@ -104,6 +98,16 @@ def test_streaming_union_of_two_logs_with_restart_at_another_parallelism(tmp_pat
     counted.aggregate(events="count(*)", amount="sum(amount)").sink(parquet(tmp_path / "counts"))
     with pytest.raises(RestoreError, match=r"now reads sources \['a'\] \(uids\) but .* was started with \['a', 'b'\]"):
         fewer.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+
+
+def test_a_window_after_a_union_names_each_inputs_event_time_column(tmp_path: Path) -> None:
+    for name in ("timed", "plain"):
+        Log.create(tmp_path / name, 2, TIMED)
+    p = Pipeline()
+    timed = p.source(log(str(tmp_path / "timed")), watermark=STRATEGY, name="timed")
+    both = timed.union(p.source(log(str(tmp_path / "plain")), name="plain"))
+    with pytest.raises(PlanError, match=r"its inputs' event-time columns are \{'timed': 'ts', 'plain': None\}"):
+        both.key_by("user").window(tumbling("10 min"))
 
 
 def test_sources_of_one_name_without_uids_cannot_stream_together(tmp_path: Path) -> None:

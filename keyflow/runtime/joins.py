@@ -110,7 +110,7 @@ class JoinRows(KeyedFunction):
                 kind = self.sides.row_types[position].field(name).type
                 columns[name] = found.field(name) if found is not None else pa.nulls(keys.num_rows, kind)
         if self.sides.changelog:
-            columns[OP] = pa.array([op] * keys.num_rows, pa.string())
+            columns[OP] = pa.repeat(pa.scalar(op, pa.string()), keys.num_rows)
         return pa.table(columns)
 
 
