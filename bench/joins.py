@@ -1,4 +1,4 @@
-"""Regular joins: keyflow's ``join`` against Spark Structured Streaming's stream-stream inner join.
+"""Joins: keyflow's ``join`` and ``interval_join`` against Spark Structured Streaming's stream-stream inner joins.
 
 Input: two directories of Parquet files written once with NumPy, one file per micro-batch
 and side: ``orders(user string, order_id bigint)`` and ``visits(uid string, visit bigint)``,
@@ -11,15 +11,22 @@ Spark: ``orders.join(visits, expr("user = uid"))`` in append mode into ``noop``,
 HDFS-backed state store (Spark's default) and with RocksDB. Neither side has a watermark:
 a regular join keeps every row (Flink's and Spark's alike).
 
+``--kind interval``: each side also has an event time (``ts`` / ``visit_ts``), micro-batch
+``b``'s rows uniform in minute ``b``, and a watermark 10 s behind it on both systems; the
+join also asks ``visit_ts`` within 30 s of ``ts``. keyflow: ``interval_join(...,
+between=("-30 s", "30 s"))``; Spark: the same condition as a time-range join, whose state
+it cleans by the watermark, as keyflow does.
+
 Metric: input rows (both sides) per second over the steady micro-batches (all but the
 first; Spark's trailing no-data batch, if any, counted in its time), each timed by Spark's
 ``triggerExecution`` on both sides (``bench.triggers``); and
 the state each holds on disk at the end (keyflow's checkpoint, Spark's ``state``
 directory). Before the figures both queries run on a small input and their joined rows
-are checked against pandas' merge (the bench stops if either differs). Target (issue 27):
->= 1.0x Spark's throughput at 1M keys.
+are checked against pandas' merge (the bench stops if either differs). Targets (issue 27):
+>= 1.0x Spark's throughput at 1M keys, for each kind.
 
-Run ``.venv/bin/python -m bench.joins [--runs 3] [--keys N] [--rows-per-batch N] [--batches N]``.
+Run ``.venv/bin/python -m bench.joins [--kind regular|interval] [--runs 3] [--keys N] [--rows-per-batch N]
+[--batches N]``.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from pyspark.sql import functions as F
 
 from bench.report import emit, progress
 from bench.triggers import Triggers
-from keyflow import Pipeline, blackhole, files, parquet
+from keyflow import Pipeline, WatermarkStrategy, blackhole, files, parquet
 from keyflow.runtime.session import spark_session
 
 BENCH = "joins"
@@ -52,11 +59,14 @@ SIDES = {
     "orders": ("user string, order_id bigint", "user", "order_id"),
     "visits": ("uid string, visit bigint", "uid", "visit"),
 }
+TIMES = {"orders": "ts", "visits": "visit_ts"}  # --kind interval: each side's event time
+WITHIN_S, BOUND_S = 30, 10  # visits within 30 s of the order; watermarks 10 s behind
 TRIGGERS = Triggers()
 
 
-def write_side(directory: Path, side: str, batches: int, rows: int, keys: int, seed: int) -> None:
-    """One Parquet file per micro-batch of ``side``'s rows, keys uniform over ``keys``."""
+def write_side(directory: Path, side: str, batches: int, rows: int, keys: int, seed: int, timed: bool) -> None:
+    """One Parquet file per micro-batch of ``side``'s rows, keys uniform over ``keys``
+    (``timed``: and an event time uniform in the batch's minute)."""
     _, key, number = SIDES[side]
     directory.mkdir(parents=True)
     rng = np.random.default_rng(seed)
@@ -66,7 +76,14 @@ def write_side(directory: Path, side: str, batches: int, rows: int, keys: int, s
         table = pa.table(
             {key: names.take(pa.array(who)), number: pa.array(np.arange(batch * rows, (batch + 1) * rows))}
         )
+        if timed:
+            micros = 1_700_000_000_000_000 + batch * 60_000_000 + rng.integers(0, 60_000_000, rows)
+            table = table.append_column(TIMES[side], pa.array(micros, pa.timestamp("us", tz="UTC")))
         pq.write_table(table, directory / f"batch-{batch:04d}.parquet")
+
+
+def schema(side: str, timed: bool) -> str:
+    return SIDES[side][0] + (f", {TIMES[side]} timestamp" if timed else "")
 
 
 def session(args: argparse.Namespace) -> SparkSession:
@@ -84,25 +101,41 @@ def keyflow_join(args: argparse.Namespace, data: Path, work: Path, sink: Any) ->
         config={"spark.master": f"local[{args.parallelism}]", "pipeline.progress": "off",
                 "execution.checkpointing.interval": "0 s"},
     )  # fmt: skip
+    timed = args.kind == "interval"
     orders, visits = (
-        pipeline.source(files(data / side, schema=SIDES[side][0], watch=True, maxFilesPerTrigger="1"), uid=side)
+        pipeline.source(
+            files(data / side, schema=schema(side, timed), watch=True, maxFilesPerTrigger="1"),
+            uid=side,
+            watermark=WatermarkStrategy.for_bounded_out_of_orderness(TIMES[side], f"{BOUND_S} s") if timed else None,
+        )
         for side in SIDES
     )
-    orders.join(visits, on=[("user", "uid")]).sink(sink)
+    if timed:
+        joined = orders.interval_join(visits, on=[("user", "uid")], between=(f"-{WITHIN_S} s", f"{WITHIN_S} s"))
+    else:
+        joined = orders.join(visits, on=[("user", "uid")])
+    joined.sink(sink)
     started = len(TRIGGERS.queries)
     result = pipeline.run(checkpoint=str(work), available_now=True)
     return TRIGGERS.of(TRIGGERS.queries[started], at_least=len(result.batches))
 
 
 def spark_join(
-    spark: SparkSession, data: Path, work: Path, provider: str, path: Path | None = None
+    spark: SparkSession, data: Path, work: Path, provider: str, kind: str, path: Path | None = None
 ) -> list[tuple[float, float, int]]:
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[provider])
+    timed = kind == "interval"
     orders, visits = (
-        spark.readStream.schema(SIDES[side][0]).option("maxFilesPerTrigger", 1).parquet(str(data / side))
+        spark.readStream.schema(schema(side, timed)).option("maxFilesPerTrigger", 1).parquet(str(data / side))
         for side in SIDES
     )
-    joined = orders.join(visits, F.expr("user = uid")).select("user", "order_id", "visit")
+    condition, columns = "user = uid", ["user", "order_id", "visit"]
+    if timed:
+        orders, visits = (frame.withWatermark(TIMES[side], f"{BOUND_S} seconds") for side, frame in
+                          (("orders", orders), ("visits", visits)))  # fmt: skip
+        condition += f" AND visit_ts BETWEEN ts - INTERVAL {WITHIN_S} SECONDS AND ts + INTERVAL {WITHIN_S} SECONDS"
+        columns += ["ts", "visit_ts"]
+    joined = orders.join(visits, F.expr(condition)).select(*columns)
     writer = joined.writeStream.outputMode("append").option("checkpointLocation", str(work))
     writer = writer.format("parquet").option("path", str(path)) if path is not None else writer.format("noop")
     started = len(TRIGGERS.queries)
@@ -126,8 +159,18 @@ def size_on_disk(path: Path) -> int:
 def data_set(work: Path, name: str, args: argparse.Namespace, keys: int, rows: int, batches: int) -> Path:
     data = work / name
     for seed, side in enumerate(SIDES):
-        write_side(data / side, side, batches, rows, keys, seed=seed + 1)
+        write_side(data / side, side, batches, rows, keys, seed=seed + 1, timed=args.kind == "interval")
     return data
+
+
+def expected(data: Path, kind: str) -> pd.DataFrame:
+    """pandas' inner join of both sides (``interval``: and the time condition)."""
+    sides = {side: pd.read_parquet(data / side) for side in SIDES}
+    joined = sides["orders"].merge(sides["visits"], left_on="user", right_on="uid")
+    if kind == "interval":
+        within = (joined.visit_ts - joined.ts).abs() <= pd.Timedelta(seconds=WITHIN_S)
+        joined = joined[within]
+    return joined[["user", "order_id", "visit"]]
 
 
 def check(work: Path, args: argparse.Namespace) -> None:
@@ -135,9 +178,8 @@ def check(work: Path, args: argparse.Namespace) -> None:
     data = data_set(work, "check", args, keys=500, rows=2_000, batches=3)
     spark = session(args)
     keyflow_join(args, data, work / "check-kf", parquet(str(work / "check-kf-out")))
-    spark_join(spark, data, work / "check-ss", "hdfs", work / "check-ss-out")
-    sides = {side: pd.read_parquet(data / side) for side in SIDES}
-    want = sides["orders"].merge(sides["visits"], left_on="user", right_on="uid")[["user", "order_id", "visit"]]
+    spark_join(spark, data, work / "check-ss", "hdfs", args.kind, work / "check-ss-out")
+    want = expected(data, args.kind)
     for name, out in (("keyflow", work / "check-kf-out"), ("spark", work / "check-ss-out")):
         got = pd.read_parquet(out)[["user", "order_id", "visit"]]
         ordered = [frame.sort_values(["order_id", "visit"]).reset_index(drop=True) for frame in (got, want)]
@@ -147,6 +189,7 @@ def check(work: Path, args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", choices=("regular", "interval"), default="regular")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--rows-per-batch", type=int, default=200_000)
@@ -154,7 +197,7 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--driver-memory", default="4g")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-joins-"))
+    work = Path(tempfile.mkdtemp(prefix=f"bench-joins-{args.kind}-"))
     try:
         check(work, args)
         data = data_set(work, "data", args, args.keys, args.rows_per_batch, args.batches)
@@ -167,22 +210,23 @@ def main() -> None:
                 if name == "keyflow":
                     times = keyflow_join(args, data, target, blackhole())
                 else:
-                    times = spark_join(spark, data, target, name)
+                    times = spark_join(spark, data, target, name, args.kind)
                 rates[name].append(steady_rate(2 * args.rows_per_batch * (args.batches - 1), times))
                 sizes[name] = size_on_disk(target if name == "keyflow" else target / "state")
                 progress(
                     f"  run {run} {name}: {rates[name][-1]:,.0f} rows/s, batches {[round(t[1], 2) for t in times]}"
                 )
                 shutil.rmtree(target, ignore_errors=True)
-        metric = f"inner join {args.keys:,} keys, input rows/s"
+        what = "inner join" if args.kind == "regular" else f"inner interval join (+-{WITHIN_S} s)"
+        metric = f"{what} {args.keys:,} keys, input rows/s"
         for peer in ("hdfs", "rocksdb"):
-            label = f"Spark SS stream-stream join ({peer} state store)"
+            label = f"Spark SS stream-stream {'' if args.kind == 'regular' else 'time-range '}join ({peer} state store)"
             emit(BENCH, f"{metric} (best of {args.runs})", "rows/s", max(rates["keyflow"]), label, max(rates[peer]))
             emit(BENCH, f"{metric} (median of {args.runs})", "rows/s", statistics.median(rates["keyflow"]), label,
                  statistics.median(rates[peer]))  # fmt: skip
             emit(
                 BENCH,
-                f"state on disk after the run ({args.keys:,} keys)",
+                f"{what}: state on disk after the run ({args.keys:,} keys)",
                 "bytes",
                 sizes["keyflow"],
                 label,

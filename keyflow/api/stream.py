@@ -131,6 +131,38 @@ class Stream:
         pairs = _join_pairs(on)
         return self._then(self._builder.join((self.node_id, other.node_id), pairs, how, name, parallelism))
 
+    def interval_join(
+        self,
+        other: Stream,
+        on: str | list[str] | list[tuple[str, str]] | tuple[str, ...],
+        between: tuple[Any, Any],
+        how: str = "inner",
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """A join of rows whose ``on`` columns are equal and whose event times are close
+        (Flink's interval join): a row of this stream at time ``t`` matches the rows of
+        ``other`` at times in ``[t + lower, t + upper]``, ``between=(lower, upper)``, e.g.
+        ``('-5 s', '10 min')``. Each stream's time is its source's watermark column, so both
+        sources need a watermark strategy. A row leaves the state once the watermark passes
+        the last time a row of the other stream could match it, so the state stays bounded
+        however long the job runs. ``how``: ``inner``, ``left``, ``right`` or ``full``; an
+        outer join emits a row that never matched, padded with nulls, when it leaves the state
+        (as Flink SQL), so the output is append-only. Columns as :meth:`join`."""
+        if not isinstance(other, Stream):
+            raise PlanError(f"interval_join(...) takes a stream, got {other!r}")
+        if other.pipeline is not self.pipeline:
+            raise PlanError("interval_join(...) of a stream of another pipeline; build both streams from one Pipeline")
+        if not (isinstance(between, (tuple, list)) and len(between) == 2):
+            raise PlanError(
+                f"interval_join between={between!r}: give (lower, upper), the other stream's times relative to this "
+                "one's, e.g. between=('-5 s', '10 s')"
+            )
+        lower = duration(between[0], "between lower", signed=True)
+        upper = duration(between[1], "between upper", signed=True)
+        inputs, pairs = (self.node_id, other.node_id), _join_pairs(on)
+        return self._then(self._builder.interval_join(inputs, pairs, (lower, upper), how, name, parallelism))
+
     def key_by(self, *keys: str, on_null: Any = None) -> KeyedStream:
         """Partition by key: rows with equal keys meet in one subtask, in one key group.
 

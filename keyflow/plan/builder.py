@@ -20,7 +20,7 @@ from keyflow.config import Config
 from keyflow.connectors.base import ChangelogSource, DeclaresTypes, KnowsColumns, KnowsTypes, Sink, Source
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
-from keyflow.plan.columns import join_clash_message, join_clashes, output_columns, union_problems
+from keyflow.plan.columns import event_time_at, join_clash_message, join_clashes, output_columns, union_problems
 from keyflow.plan.compile import CompiledPlan, compile_plan
 from keyflow.plan.descriptors import StateDescriptor, StateTtlConfig
 from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner
@@ -282,15 +282,9 @@ class PlanBuilder:
             raise PlanError("window(...) after reinterpret_as_keyed is not supported yet; use key_by(...)")
         if self.is_changelog(input_id):
             raise PlanError("window(...) over a changelog (rows with updates and deletes) is not supported yet")
-        column = nodes.event_time_column(self._nodes, input_id)
-        if column is None:
+        if nodes.event_time_column(self._nodes, input_id) is None:
             raise PlanError(self._no_event_time(input_id))
-        available = output_columns(self._nodes, input_id, {})
-        if available is not None and column not in available:
-            raise PlanError(
-                f"window(...): the event-time column {column!r} (the source's watermark column) is not among the "
-                f"columns reaching the window {list(available)}; keep it in the operators before the window"
-            )
+        column = self._event_time_kept(input_id, "window(...): the event-time column {}", "window")
         return nodes.Windowing(assigner, column, allowed_lateness, late_rows)
 
     def _no_event_time(self, input_id: int) -> str:
@@ -448,6 +442,66 @@ class PlanBuilder:
         parallelism: int | None,
     ) -> int:
         """A regular join of ``inputs`` on ``on`` (pairs of a left and a right column)."""
+        return self._join(nodes.JoinNode, inputs, on, how, name or f"{how} join", parallelism)
+
+    def interval_join(
+        self,
+        inputs: tuple[int, int],
+        on: Sequence[tuple[str, str]],
+        between: tuple[int, int],
+        how: str,
+        name: str | None,
+        parallelism: int | None,
+    ) -> int:
+        """A join of ``inputs`` on ``on`` where ``between[0] <= right time - left time <=
+        between[1]`` (microseconds; each input's time is its source's watermark column)."""
+        label = name or f"{how} interval join"
+        lower, upper = between
+        if lower > upper:
+            raise PlanError(
+                f"{label}: between=({lower} us, {upper} us) is empty: the lower bound must not exceed the upper"
+            )
+        times = tuple(self._join_time(label, input_id, position) for position, input_id in enumerate(inputs))
+        return self._join(
+            nodes.IntervalJoinNode, inputs, on, how, label, parallelism, lower=lower, upper=upper, time_columns=times
+        )
+
+    def _join_time(self, label: str, input_id: int, position: int) -> str:
+        """The event-time column of an interval join's input (its source's watermark column)."""
+        origin = nodes.event_time_origin(self._nodes, input_id)
+        which = f"the {('left', 'right')[position]} stream ({self._nodes[input_id].name!r}"
+        which += f", from {origin.kind} {origin.name!r})" if origin.id != input_id else ")"
+        if nodes.event_time_column(self._nodes, input_id) is None:
+            raise PlanError(
+                f"{label}: {which} has no event time, and an interval join matches rows by it; declare its source's "
+                "with pipeline.source(src, watermark=WatermarkStrategy.for_bounded_out_of_orderness('ts', '5 s'))"
+            )
+        return self._event_time_kept(input_id, f"{label}: the event-time column {{}} of {which}", "join")
+
+    def _event_time_kept(self, input_id: int, what: str, consumer: str) -> str:
+        """The event-time column's name in ``input_id``'s rows (of a stream with event time),
+        or a PlanError saying the operators before ``consumer`` dropped it."""
+        column = event_time_at(self._nodes, input_id)
+        available = output_columns(self._nodes, input_id, {})
+        if column is None or (available is not None and column not in available):
+            source_column = nodes.event_time_column(self._nodes, input_id)
+            raise PlanError(
+                f"{what.format(repr(source_column))} (the source's watermark column) is not among the columns "
+                f"reaching the {consumer}{'' if available is None else ' ' + str(list(available))}; keep it in the "
+                f"operators before the {consumer}"
+            )
+        return column
+
+    def _join(
+        self,
+        kind: type[nodes.JoinNode],
+        inputs: tuple[int, int],
+        on: Sequence[tuple[str, str]],
+        how: str,
+        label: str,
+        parallelism: int | None,
+        **fields: Any,
+    ) -> int:
         if how not in nodes.JOIN_TYPES:
             raise PlanError(f"join how={how!r} is not a join type; choose one of {', '.join(nodes.JOIN_TYPES)}")
         if not on:
@@ -459,13 +513,11 @@ class PlanBuilder:
                     "supported yet; join streams of inserts"
                 )
         keys, other_keys = tuple(left for left, _ in on), tuple(right for _, right in on)
-        label = name or f"{how} join"
         left, right = (output_columns(self._nodes, input_id, {}) for input_id in inputs)
         clashes = join_clashes(other_keys, list(left), list(right)) if left is not None and right is not None else []
         if clashes:
             raise PlanError(join_clash_message(label, clashes))
-        node_id = self._sized(nodes.JoinNode, inputs, label, parallelism, keys=keys, other_keys=other_keys, how=how)
-        return node_id
+        return self._sized(kind, inputs, label, parallelism, keys=keys, other_keys=other_keys, how=how, **fields)
 
     def sink(
         self,

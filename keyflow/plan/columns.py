@@ -37,6 +37,7 @@ from keyflow.plan.nodes import (
     WindowAggregateNode,
     WindowProcessNode,
     WithColumnsNode,
+    event_time_column,
 )
 from keyflow.schemas import Type, schema_columns
 
@@ -83,13 +84,39 @@ def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) ->
     return upstream
 
 
+def event_time_at(nodes: Mapping[int, Node], node_id: int) -> str | None:
+    """The name the event-time column (the source's watermark column) has in ``node_id``'s
+    rows, followed through selects that rename it (``ts AS bid_time``); None where a select
+    drops it or the rows have no event time (see ``nodes.event_time_column``)."""
+    node = nodes[node_id]
+    if isinstance(node, SelectNode):
+        before = event_time_at(nodes, node.inputs[0])
+        if before is None:
+            return None
+        for expression in node.expressions:
+            tree = parse_expression(expression)
+            if isinstance(tree, exp.Star) or (tree is not None and _names(tree, before)):
+                return before
+            if isinstance(tree, exp.Alias) and _names(tree.this, before):
+                return str(tree.alias)
+        return None
+    if isinstance(node, (SourceNode, UnionNode, ConnectedNode)) or not node.inputs:
+        return event_time_column(nodes, node_id)
+    return event_time_at(nodes, node.inputs[0])
+
+
+def _names(tree: exp.Expr, column: str) -> bool:
+    """Whether ``tree`` is the plain column ``column`` (as Spark resolves names: any case)."""
+    return isinstance(tree, exp.Column) and not tree.is_star and not tree.table and tree.name.lower() == column.lower()
+
+
 def _joined_columns(node: JoinNode, left: Columns, right: Columns) -> Columns:
     """A join's columns: the keys (named as the left input's), the left input's other columns,
     the right input's other columns (and ``op`` for an outer join)."""
     if left is None or right is None:
         return None
     joined = {**left, **{name: kind for name, kind in right.items() if name not in node.other_keys}}
-    return {**joined, **({OP: "string"} if node.how != "inner" else {})}
+    return {**joined, **({OP: "string"} if node.changelog else {})}
 
 
 def join_clashes(other_keys: Sequence[str], left: Sequence[str], right: Sequence[str]) -> list[str]:

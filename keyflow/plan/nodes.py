@@ -286,8 +286,36 @@ class JoinNode(ConnectedNode):
     how: str = "inner"
     kind: ClassVar[str] = "join"
 
+    @property
+    def changelog(self) -> bool:
+        """Whether the output carries row kinds (``op``): an outer join retracts padded rows."""
+        return self.how != "inner"
+
     def describe(self) -> dict[str, Any]:
         return {"keys": [list(self.keys), list(self.other_keys)], "how": self.how}
+
+
+@dataclass(frozen=True, eq=False)
+class IntervalJoinNode(JoinNode):
+    """A join of rows whose keys are equal and whose event times are close (Flink's interval
+    join): ``lower <= right time - left time <= upper`` (microseconds, over each input's
+    watermark column ``time_columns``). A row leaves the state once the watermark passes the
+    last time a row of the other input could match it, so the state stays bounded; an outer
+    join emits a preserved row that never matched, padded, when it leaves (as Flink SQL), so
+    the output is append-only."""
+
+    lower: int = 0
+    upper: int = 0
+    time_columns: tuple[str, str] = ("", "")
+    kind: ClassVar[str] = "interval_join"
+
+    @property
+    def changelog(self) -> bool:
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        between = [self.lower, self.upper]
+        return {**super().describe(), "time_columns": list(self.time_columns), "between_us": between}
 
 
 @dataclass(frozen=True, eq=False)
@@ -332,7 +360,7 @@ def emits_changelog(nodes: Mapping[int, Node], node_id: int) -> bool:
     if isinstance(node, NormalizeNode):
         return True
     if isinstance(node, JoinNode):
-        return node.how != "inner"
+        return node.changelog
     if isinstance(node, AggregateNode):
         return node.changelog
     if isinstance(node, SourceNode):

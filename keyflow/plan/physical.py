@@ -18,6 +18,7 @@ from keyflow.plan.event_time import timer_state
 from keyflow.plan.nodes import (
     AggregateNode,
     CoProcessNode,
+    IntervalJoinNode,
     JoinNode,
     KeyedNode,
     NormalizeNode,
@@ -94,6 +95,20 @@ class RegularJoin(KeyedOperator):
 
     def contents(self) -> tuple[tuple[str, str], ...]:
         return (("rows", "each input's rows"), ("how", self.node.how))
+
+
+@dataclass(frozen=True, eq=False)
+class IntervalJoin(KeyedOperator):
+    """Each input's rows of a key in list state until the watermark passes the last time a row
+    of the other input could match them (each key's earliest such time in a column, so the
+    rows due to leave are found with one comparison per micro-batch)."""
+
+    node: IntervalJoinNode
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        node = self.node
+        between = f"{node.time_columns[1]} - {node.time_columns[0]} in [{node.lower}, {node.upper}] us"
+        return (("rows", "each input's rows until the watermark passes them"), ("how", node.how), ("between", between))
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,6 +204,8 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
         return KeyedProcess(node) if node.on_timer is None else TimedProcess(node)
     if isinstance(node, CoProcessNode):
         return KeyedCoProcess(node)
+    if isinstance(node, IntervalJoinNode):
+        return IntervalJoin(node)
     if isinstance(node, JoinNode):
         return RegularJoin(node)
     if not isinstance(node, AggregateNode):

@@ -14,6 +14,7 @@ table is the batch join.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,11 +24,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keyflow.changelog import DELETE, INSERT, OP
-from keyflow.plan.descriptors import ListState, StateDescriptor
+from keyflow.plan.descriptors import ListState, StateDescriptor, ValueState
+from keyflow.plan.event_time import END_OF_INPUT, NO_WATERMARK
 from keyflow.runtime.connected import INPUT, PACKED
 from keyflow.runtime.keyed_function import KeyedFunction
-from keyflow.state.keyed import KeyedBatch, KeyedState
+from keyflow.state.key_index import Slots
+from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, ValueStateView
+from keyflow.state.memory import KeyedStateStore
+from keyflow.state.timers import TaskTime
 
+Positions = npt.NDArray[np.int64]
 ROWS, MATCHES = ("__left_rows", "__right_rows"), ("__left_matches", "__right_matches")
 
 
@@ -70,16 +76,17 @@ class JoinRows(KeyedFunction):
         lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
         stored_rows = pc.list_flatten(stored)
         before = np.cumsum(lengths) - lengths  # where each key's stored rows start in stored_rows
-        matches = lengths[batch.key_index]  # for each arriving row
-        mine = np.repeat(np.arange(len(rows)), matches)
-        theirs = np.repeat(before[batch.key_index], matches) + _within(matches)
+        candidates = lengths[batch.key_index]  # for each arriving row: its key's stored rows
+        mine = np.repeat(np.arange(len(rows)), candidates)
+        theirs = np.repeat(before[batch.key_index], candidates) + _within(candidates)
+        mine, theirs = self._matching(side, rows, stored_rows, mine, theirs)
         out = []
         if self.sides.preserved[other]:
             counts_view = state[MATCHES[other]]
             counts = np.asarray(pc.list_flatten(_lists(counts_view.get(), pa.int64())).to_numpy(), dtype=np.int64)
             hits = np.bincount(theirs, minlength=len(counts))
             first = np.flatnonzero((counts == 0) & (hits > 0))  # padded rows of the other input to retract
-            if len(first):
+            if self.sides.changelog and len(first):
                 owners = np.repeat(np.arange(len(lengths)), lengths)[first]
                 out.append(
                     self._rows(batch.keys.take(pa.array(owners)), side, None, stored_rows.take(pa.array(first)), DELETE)
@@ -90,13 +97,21 @@ class JoinRows(KeyedFunction):
             keys = batch.keys.take(pa.array(batch.key_index[mine]))
             out.append(self._rows(keys, side, rows.take(pa.array(mine)), stored_rows.take(pa.array(theirs)), INSERT))
         if self.sides.preserved[side]:
+            matches = np.bincount(mine, minlength=len(rows))
             alone = np.flatnonzero(matches == 0)
-            if len(alone):
+            if self.sides.changelog and len(alone):
                 keys = batch.keys.take(pa.array(batch.key_index[alone]))
                 out.append(self._rows(keys, side, rows.take(pa.array(alone)), None, INSERT))
             state[MATCHES[side]].add(pa.array(matches, pa.int64()), batch.key_index)
         state[ROWS[side]].add(rows, batch.key_index)
         return out
+
+    def _matching(
+        self, side: int, rows: pa.StructArray, stored: pa.Array, mine: Positions, theirs: Positions
+    ) -> tuple[Positions, Positions]:
+        """Of the pairs (arriving row ``mine[i]``, stored row ``theirs[i]``) of equal keys, those
+        that join: all of them, in a regular join."""
+        return mine, theirs
 
     def _rows(
         self, keys: pa.Table, side: int, mine: pa.StructArray | None, theirs: pa.StructArray | None, op: str
@@ -123,3 +138,107 @@ def _within(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """0, 1, ..., counts[i] - 1 for each i, concatenated."""
     total = int(counts.sum())
     return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+EXPIRY = ("__left_expiry", "__right_expiry")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An interval join's time condition: ``lower <= right time - left time <= upper``
+    (microseconds), each input's time in its column ``time_columns``."""
+
+    lower: int
+    upper: int
+    time_columns: tuple[str, str]
+
+    def expiry(self, side: int, times: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """When rows of ``side`` at ``times`` leave the state: once the watermark reaches the
+        last time a row of the other input could match them (later rows of it are later than
+        the watermark)."""
+        return times + self.upper if side == 0 else times - self.lower
+
+    def times(self, side: int, rows: pa.StructArray) -> npt.NDArray[np.int64]:
+        """The rows' event times in microseconds (a row without one: the earliest time, so it
+        matches nothing and leaves at the first watermark)."""
+        column = rows.field(self.time_columns[side]).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        return np.asarray(column.fill_null(NO_WATERMARK // 2).to_numpy(), dtype=np.int64)
+
+
+class IntervalJoinRows(JoinRows):
+    """A :class:`JoinRows` whose pairs must also be close in event time; each key keeps, per
+    input, the earliest time one of its rows leaves the state, so :meth:`advance` finds the
+    keys with rows to drop by one comparison over that column. A row of a preserved input
+    that leaves without a match is emitted then, padded with nulls."""
+
+    timed = True
+
+    def __init__(self, sides: JoinSides, schema: pa.Schema, interval: Interval) -> None:
+        super().__init__(sides, schema)
+        self.interval = interval
+
+    def _matching(
+        self, side: int, rows: pa.StructArray, stored: pa.Array, mine: Positions, theirs: Positions
+    ) -> tuple[Positions, Positions]:
+        if not len(mine):
+            return mine, theirs
+        interval = self.interval
+        arriving, other = interval.times(side, rows)[mine], interval.times(1 - side, stored.take(pa.array(theirs)))
+        distance = other - arriving if side == 0 else arriving - other  # right time - left time
+        valid = arriving > NO_WATERMARK // 2
+        within = valid & (other > NO_WATERMARK // 2) & (distance >= interval.lower) & (distance <= interval.upper)
+        return mine[within], theirs[within]
+
+    def _arrive(self, side: int, batch: KeyedBatch, rows: pa.StructArray, state: KeyedState) -> list[pa.Table]:
+        out = super()._arrive(side, batch, rows, state)
+        earliest = np.full(batch.num_keys, END_OF_INPUT, dtype=np.int64)
+        np.minimum.at(earliest, batch.key_index, self.interval.expiry(side, self.interval.times(side, rows)))
+        view = state[EXPIRY[side]]
+        stored = np.asarray(view.get().fill_null(END_OF_INPUT).to_numpy(), dtype=np.int64)
+        view.update(pa.array(np.minimum(stored, earliest), pa.int64()))
+        return out
+
+    def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
+        """Drop the rows the watermark passed; emit a preserved input's unmatched ones padded."""
+        due = [store.columns[EXPIRY[side]].at_most(time.watermark, len(store)) for side in (0, 1)]
+        slots = np.union1d(*due).astype(np.int64)
+        if not len(slots):
+            return
+        store.touch(slots)
+        keys = store.keys(slots)
+        for side in (0, 1):
+            padded = self._leave(side, slots, store, time.watermark)
+            if padded is not None:
+                owners, rows = padded
+                yield self._rows(keys.take(pa.array(owners)), side, rows, None, INSERT)
+
+    def _leave(
+        self, side: int, slots: Slots, store: KeyedStateStore, watermark: int
+    ) -> tuple[npt.NDArray[np.int64], pa.StructArray] | None:
+        """Keep the rows of ``side`` that may still match; the unmatched ones that leave, of a
+        preserved input (their keys' positions among ``slots``, the rows), or None."""
+        rows_view = ListStateView(store, ROWS[side], slots)
+        stored = _lists(rows_view.get(), self.sides.row_types[side])
+        lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
+        flat = pc.list_flatten(stored)
+        owners = np.repeat(np.arange(len(slots), dtype=np.int64), lengths)
+        expiry = self.interval.expiry(side, self.interval.times(side, flat))
+        keep = expiry > watermark
+        kept = np.bincount(owners[keep], minlength=len(slots))
+        offsets, empty = pa.array(np.r_[0, np.cumsum(kept)], pa.int32()), pa.array(kept == 0)
+        rows_view.update(pa.ListArray.from_arrays(offsets, flat.filter(pa.array(keep)), mask=empty))
+        earliest = np.full(len(slots), END_OF_INPUT, dtype=np.int64)
+        np.minimum.at(earliest, owners[keep], expiry[keep])
+        ValueStateView(store, EXPIRY[side], slots).update(pa.array(earliest, pa.int64(), mask=kept == 0))
+        if not self.sides.preserved[side]:
+            return None
+        counts_view = ListStateView(store, MATCHES[side], slots)
+        counts = np.asarray(pc.list_flatten(_lists(counts_view.get(), pa.int64())).to_numpy(), dtype=np.int64)
+        counts_view.update(pa.ListArray.from_arrays(offsets, pa.array(counts[keep], pa.int64()), mask=empty))
+        unmatched = np.flatnonzero(~keep & (counts == 0))
+        return (owners[unmatched], flat.take(pa.array(unmatched))) if len(unmatched) else None
+
+
+def expiry_state() -> dict[str, StateDescriptor]:
+    """An interval join's hidden state beside the rows: per input, each key's earliest expiry."""
+    return {name: ValueState(pa.int64()) for name in EXPIRY}

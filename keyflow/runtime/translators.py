@@ -27,12 +27,12 @@ from keyflow.plan.columns import join_clash_message, join_clashes, missing_order
 from keyflow.plan.descriptors import StateDescriptor, ValueState, with_ttl_columns
 from keyflow.plan.event_time import timer_state
 from keyflow.plan.graph import Operator
-from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START, KeyedNode, Windowing
+from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START, JoinNode, KeyedNode, Windowing
 from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
 from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
 from keyflow.runtime.connected import PACKED, CoProcess, TimedCoProcess
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
-from keyflow.runtime.joins import JoinRows, JoinSides
+from keyflow.runtime.joins import Interval, IntervalJoinRows, JoinRows, JoinSides, expiry_state
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.runtime.keygroups import key_group_column
 from keyflow.runtime.operators import (
@@ -213,22 +213,34 @@ def _co_process(operator: physical.KeyedCoProcess, frame: DataFrame, context: Ke
 
 def _join(operator: physical.RegularJoin, frame: DataFrame, context: KeyedContext) -> DataFrame:
     """``frame``: both inputs' rows (``keyflow.runtime.connected``); each kept in list state."""
+    sides, output = _join_shape(operator.node, frame)
+    exchanged = context.exchange(frame, keep_key_group=True)
+    return context.run(exchanged, JoinRows(sides, output), output, sides.state(), ())
+
+
+def _interval_join(operator: physical.IntervalJoin, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """A regular join's rows and state, the pairs limited by event time, rows dropped by the watermark."""
     node = operator.node
+    sides, output = _join_shape(node, frame)
+    function = IntervalJoinRows(sides, output, Interval(node.lower, node.upper, node.time_columns))
+    exchanged = context.exchange(frame, keep_key_group=True)
+    return context.run(exchanged, function, output, {**sides.state(), **expiry_state()}, ())
+
+
+def _join_shape(node: JoinNode, frame: DataFrame) -> tuple[JoinSides, pa.Schema]:
+    """A join's sides (from the packed rows' types) and its output schema: keys, the left
+    input's other columns, the right's; nullable, as a padded row has nulls where a non-null
+    column has none."""
     types = to_arrow_schema(frame.schema, timezone=session_timezone(frame))
     row_types = (types.field(PACKED[0]).type, types.field(PACKED[1]).type)
     kept = tuple(tuple(f.name for f in row_types[i] if f.name not in node.input_keys(i)) for i in (0, 1))
     clashes = join_clashes(node.other_keys, [f.name for f in row_types[0]], kept[1])
     if clashes:
         raise PlanError(join_clash_message(node.name, clashes))
-    sides = JoinSides(
-        (node.how in ("left", "full"), node.how in ("right", "full")), row_types, kept, node.how != "inner"
-    )
-    fields = [types.field(key) for key in node.keys] + [
-        row_types[i].field(name).with_nullable(True) for i in (0, 1) for name in kept[i]
-    ]  # a padded row has nulls where a non-null column has none
-    output = pa.schema([*fields, *([pa.field(OP, pa.string())] if sides.changelog else [])])
-    exchanged = context.exchange(frame, keep_key_group=True)
-    return context.run(exchanged, JoinRows(sides, output), output, sides.state(), ())
+    sides = JoinSides((node.how in ("left", "full"), node.how in ("right", "full")), row_types, kept, node.changelog)
+    fields = [types.field(key) for key in node.keys]
+    fields += [row_types[i].field(name).with_nullable(True) for i in (0, 1) for name in kept[i]]
+    return sides, pa.schema([*fields, *([pa.field(OP, pa.string())] if sides.changelog else [])])
 
 
 def _group_by(operator: physical.GroupByAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
@@ -427,6 +439,7 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.TimedProcess: _timed_process,
     physical.KeyedCoProcess: _co_process,
     physical.RegularJoin: _join,
+    physical.IntervalJoin: _interval_join,
     physical.GroupByAggregate: _group_by,
     physical.MergedPartialsAggregate: _merged_partials,
     physical.WindowAggregate: _window_aggregate,

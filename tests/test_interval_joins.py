@@ -1,0 +1,167 @@
+"""Interval joins (``Stream.interval_join``): rows of equal keys whose event times are close,
+batch and streaming; rows leave the state once the watermark passes them (the state shrinks);
+an outer join emits a row that never matched, padded, when it leaves. The reference is
+DuckDB's join of the same rows with the same time condition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from keyflow import Log, Pipeline, WatermarkStrategy, files, log, parquet
+from keyflow.errors import PlanError
+from keyflow.state.checkpoint import Checkpoint
+from keyflow.state.inspect import describe_checkpoint
+from tests.event_time import BASE, TIMED, timed_events
+from tests.streams import append, config, write_files
+
+CLICKS = pa.schema([("uid", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("click", pa.int64())])
+STRATEGY = WatermarkStrategy.for_bounded_out_of_orderness("ts", "30 s")
+BETWEEN = ("-20 s", "40 s")  # a click from 20 s before an event to 40 s after it
+HOW = ("inner", "left", "right", "full")
+COLUMNS = ["user", "ts", "amount", "seq", "click_ts", "click"]
+
+
+def clicks(rows: int, users: int, start: int, seed: int, seconds: int) -> pd.DataFrame:
+    events = timed_events(rows, users, start, seed, seconds)
+    return pd.DataFrame({"uid": events.user, "ts": events.ts, "click": events.seq + 10_000_000})
+
+
+def expected(left: pd.DataFrame, right: pd.DataFrame, how: str) -> pd.DataFrame:
+    """DuckDB's join with the same time condition (keys named as the left input's)."""
+    kind = {"inner": "INNER", "left": "LEFT", "right": "RIGHT", "full": "FULL OUTER"}[how]
+    con = duckdb.connect()
+    con.register("l", left)
+    con.register("r", right.rename(columns={"ts": "click_ts"}))
+    joined = con.execute(
+        f"SELECT COALESCE(l.user, r.uid) AS user, l.ts, l.amount, l.seq, r.click_ts, r.click FROM l {kind} JOIN r "
+        "ON l.user = r.uid AND r.click_ts BETWEEN l.ts - INTERVAL 20 SECOND AND l.ts + INTERVAL 40 SECOND"
+    ).df()
+    return tidy(joined)
+
+
+def tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame[COLUMNS].astype({"amount": "Int64", "seq": "Int64", "click": "Int64"})
+    for column in ("ts", "click_ts"):
+        frame[column] = pd.to_datetime(frame[column], utc=True).astype("datetime64[us, UTC]")
+    return frame.sort_values(["user", "seq", "click"]).reset_index(drop=True)
+
+
+def output(path: Path) -> pd.DataFrame:
+    found = sorted(p for p in path.glob("part-*") if p.is_file())
+    if not found:
+        return tidy(pd.DataFrame({c: [] for c in COLUMNS}))
+    rows = pa.concat_tables([pq.read_table(f) for f in found])
+    assert "op" not in rows.column_names  # append-only: a padded row is emitted once, when it leaves
+    return tidy(rows.to_pandas())
+
+
+def interval_joins(p: Pipeline, left: object, right: object, out: Path, hows: tuple[str, ...] = HOW) -> None:
+    events = p.source(left, uid="events", watermark=STRATEGY)
+    renamed = p.source(right, uid="clicks", watermark=STRATEGY).select("uid", "ts AS click_ts", "click")
+    for how in hows:
+        joined = events.interval_join(renamed, on=[("user", "uid")], between=BETWEEN, how=how)
+        joined.uid(f"{how}-join").sink(parquet(out / how), uid=f"{how}-out")
+
+
+@pytest.mark.jvm
+def test_batch_interval_joins_equal_duckdb(tmp_path: Path) -> None:
+    left = timed_events(400, 30, start=0, seed=1, seconds=900)
+    right = clicks(400, 30, start=0, seed=2, seconds=900).sample(frac=1, random_state=3)  # any order
+    write_files(tmp_path / "events", left, TIMED)
+    write_files(tmp_path / "clicks", right, CLICKS)
+    p = Pipeline(config=config(3))
+    interval_joins(p, files(str(tmp_path / "events")), files(str(tmp_path / "clicks")), tmp_path / "out")
+    p.run()
+    for how in HOW:
+        got, want = output(tmp_path / "out" / how), expected(left, right, how)
+        pd.testing.assert_frame_equal(got, want, obj=how)
+    assert 0 < len(expected(left, right, "inner")) < len(expected(left, right, "full"))  # both kinds of rows
+
+
+@pytest.mark.jvm
+def test_streaming_interval_join_drops_rows_the_watermark_passed(tmp_path: Path) -> None:
+    """Each round's rows are 10 minutes of event time, out of order within the watermark's
+    bound; a live rescale and a restart at another parallelism come while rows wait in state.
+    The inner join equals DuckDB's after every round; the full join, whose padded rows wait
+    until they leave, after a last round a day later than the rest (in every split, so the
+    watermark moves); then only that round's keys are left in the state."""
+    out, hows = tmp_path / "out", ("inner", "full")
+    Log.create(tmp_path / "events", 3, TIMED)
+    Log.create(tmp_path / "clicks", 3, CLICKS)
+    extra = {"state.compaction.max-deltas": 1}
+    p = Pipeline(config=config(2, **extra))
+    interval_joins(p, log(str(tmp_path / "events")), log(str(tmp_path / "clicks")), out, hows)
+    late_users, day = [f"z{n}" for n in range(12)], [BASE + pd.Timedelta("1 day")] * 12  # in every split
+    flush = (
+        pd.DataFrame({"user": late_users, "ts": day, "amount": 1, "seq": -np.arange(1, 13)}),
+        pd.DataFrame({"uid": late_users, "ts": day, "click": -np.arange(1, 13)}),
+    )
+    rounds = [(timed_events(150, 20, 600 * n, 10 + n, 600), clicks(150, 20, 600 * n, 20 + n, 600)) for n in range(3)]
+    seen_left, seen_right, stored = [], [], []
+    job = None
+    try:
+        for number, (left, right) in enumerate([*rounds, flush]):
+            if number == 2:  # a restart at parallelism 1 from the checkpoint
+                job.stop()
+                p = Pipeline(config=config(1, **extra))
+                interval_joins(p, log(str(tmp_path / "events")), log(str(tmp_path / "clicks")), out, hows)
+                job = None
+            append(tmp_path / "events", left, schema=TIMED, key="user")
+            append(tmp_path / "clicks", right, schema=CLICKS, key="uid")
+            seen_left.append(left)
+            seen_right.append(right)
+            job = job or p.start(checkpoint=str(tmp_path / "ckpt"))
+            if number == 1:
+                job.rescale(3)
+            job.process_all_available()
+            all_left, all_right = pd.concat(seen_left), pd.concat(seen_right)
+            got = output(out / "inner")
+            pd.testing.assert_frame_equal(got, expected(all_left, all_right, "inner"), obj=f"inner after {number}")
+            operators = describe_checkpoint(Checkpoint(str(tmp_path / "ckpt")))["operators"]
+            stored.append({o["uid"]: o["keys_stored"] for o in operators})
+    finally:
+        if job is not None:
+            job.stop()
+    pd.testing.assert_frame_equal(output(out / "full"), expected(all_left, all_right, "full"), obj="full")
+    assert all(stored[0][uid] >= 10 for uid in ("inner-join", "full-join")), stored
+    assert stored[-1] == {"inner-join": 12, "full-join": 12}, stored  # only the last round's: they may still match
+
+
+def test_interval_join_mistakes_are_plan_errors(tmp_path: Path) -> None:
+    Log.create(tmp_path / "e", 2, TIMED)
+    Log.create(tmp_path / "c", 2, CLICKS)
+    p = Pipeline()
+    events = p.source(log(str(tmp_path / "e")), name="events", watermark=STRATEGY)
+    timed = p.source(log(str(tmp_path / "c")), name="clicks", watermark=STRATEGY)
+    untimed = p.source(log(str(tmp_path / "c")), name="plain clicks")
+    clicks_ = timed.select("uid", "ts AS click_ts", "click")
+    with pytest.raises(
+        PlanError,
+        match=r"the right stream \('select', from source 'plain clicks'\) has no event time, and an interval join",
+    ):
+        events.interval_join(untimed.select("uid", "click"), on=[("user", "uid")], between=BETWEEN)
+    with pytest.raises(
+        PlanError,
+        match=r"the event-time column 'ts' of the right stream \('select', from source 'clicks'\) \(the source's watermark column\) is not among the columns reaching the join \['uid', 'click'\]",
+    ):
+        events.interval_join(timed.select("uid", "click"), on=[("user", "uid")], between=BETWEEN)
+    with pytest.raises(PlanError, match=r"between=\(10000000 us, -5000000 us\) is empty"):
+        events.interval_join(clicks_, on=[("user", "uid")], between=("10 s", "-5 s"))
+    with pytest.raises(PlanError, match=r"give \(lower, upper\)"):
+        events.interval_join(clicks_, on=[("user", "uid")], between="5 s")  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match=r"between lower='-5 x' is not a duration.*\(before the time: '-5 s'\)"):
+        events.interval_join(clicks_, on=[("user", "uid")], between=("-5 x", "5 s"))
+    with pytest.raises(PlanError, match=r"both streams have column\(s\) \['ts'\] besides the keys"):
+        events.interval_join(timed, on=[("user", "uid")], between=BETWEEN)
+    with pytest.raises(PlanError, match="join how='outer' is not a join type"):
+        events.interval_join(clicks_, on=[("user", "uid")], between=BETWEEN, how="outer")
+    events.interval_join(clicks_, on=[("user", "uid")], between=("-5 s", "0 s")).sink(parquet(tmp_path / "out"))
+    described = str(p.plan())
+    assert "interval join" in described and "click_ts - ts in [-5000000, 0] us" in described, described
