@@ -29,7 +29,7 @@ from keyflow.plan.event_time import END_OF_INPUT, NO_WATERMARK
 from keyflow.runtime.connected import INPUT, PACKED
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.state.key_index import Slots
-from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, ValueStateView
+from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, ValueStateView, empty_if_null
 from keyflow.state.memory import KeyedStateStore
 from keyflow.state.timers import TaskTime
 
@@ -72,7 +72,7 @@ class JoinRows(KeyedFunction):
 
     def _arrive(self, side: int, batch: KeyedBatch, rows: pa.StructArray, state: KeyedState) -> list[pa.Table]:
         other = 1 - side
-        stored = _lists(state[ROWS[other]].get(), self.sides.row_types[other])
+        stored = empty_if_null(state[ROWS[other]].get())
         lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
         stored_rows = pc.list_flatten(stored)
         before = np.cumsum(lengths) - lengths  # where each key's stored rows start in stored_rows
@@ -83,7 +83,7 @@ class JoinRows(KeyedFunction):
         out = []
         if self.sides.preserved[other]:
             counts_view = state[MATCHES[other]]
-            counts = np.asarray(pc.list_flatten(_lists(counts_view.get(), pa.int64())).to_numpy(), dtype=np.int64)
+            counts = np.asarray(pc.list_flatten(empty_if_null(counts_view.get())).to_numpy(), dtype=np.int64)
             hits = np.bincount(theirs, minlength=len(counts))
             first = np.flatnonzero((counts == 0) & (hits > 0))  # padded rows of the other input to retract
             if self.sides.changelog and len(first):
@@ -127,11 +127,6 @@ class JoinRows(KeyedFunction):
         if self.sides.changelog:
             columns[OP] = pa.repeat(pa.scalar(op, pa.string()), keys.num_rows)
         return pa.table(columns)
-
-
-def _lists(values: pa.Array, element: pa.DataType) -> pa.Array:
-    """A list state's lists with no list null (a key with none stored has an empty list)."""
-    return values.fill_null(pa.scalar([], pa.list_(element)))
 
 
 def _within(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -218,7 +213,7 @@ class IntervalJoinRows(JoinRows):
         """Keep the rows of ``side`` that may still match; the unmatched ones that leave, of a
         preserved input (their keys' positions among ``slots``, the rows), or None."""
         rows_view = ListStateView(store, ROWS[side], slots)
-        stored = _lists(rows_view.get(), self.sides.row_types[side])
+        stored = empty_if_null(rows_view.get())
         lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
         flat = pc.list_flatten(stored)
         owners = np.repeat(np.arange(len(slots), dtype=np.int64), lengths)
@@ -233,7 +228,7 @@ class IntervalJoinRows(JoinRows):
         if not self.sides.preserved[side]:
             return None
         counts_view = ListStateView(store, MATCHES[side], slots)
-        counts = np.asarray(pc.list_flatten(_lists(counts_view.get(), pa.int64())).to_numpy(), dtype=np.int64)
+        counts = np.asarray(pc.list_flatten(empty_if_null(counts_view.get())).to_numpy(), dtype=np.int64)
         counts_view.update(pa.ListArray.from_arrays(offsets, pa.array(counts[keep], pa.int64()), mask=empty))
         unmatched = np.flatnonzero(~keep & (counts == 0))
         return (owners[unmatched], flat.take(pa.array(unmatched))) if len(unmatched) else None
