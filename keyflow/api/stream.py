@@ -124,10 +124,7 @@ class Stream:
         (:func:`keyflow.changelog.current`) is the batch join at every micro-batch. Output
         columns: the keys (named as this stream's), this stream's other columns, then
         ``other``'s; other columns both streams have are a plan error (rename one side)."""
-        if not isinstance(other, Stream):
-            raise PlanError(f"join(...) takes a stream, got {other!r}")
-        if other.pipeline is not self.pipeline:
-            raise PlanError("join(...) of a stream of another pipeline; build both streams from one Pipeline")
+        self._check_other("join", other)
         pairs = _join_pairs(on)
         return self._then(self._builder.join((self.node_id, other.node_id), pairs, how, name, parallelism))
 
@@ -149,10 +146,7 @@ class Stream:
         however long the job runs. ``how``: ``inner``, ``left``, ``right`` or ``full``; an
         outer join emits a row that never matched, padded with nulls, when it leaves the state
         (as Flink SQL), so the output is append-only. Columns as :meth:`join`."""
-        if not isinstance(other, Stream):
-            raise PlanError(f"interval_join(...) takes a stream, got {other!r}")
-        if other.pipeline is not self.pipeline:
-            raise PlanError("interval_join(...) of a stream of another pipeline; build both streams from one Pipeline")
+        self._check_other("interval_join", other)
         if not (isinstance(between, (tuple, list)) and len(between) == 2):
             raise PlanError(
                 f"interval_join between={between!r}: give (lower, upper), the other stream's times relative to this "
@@ -162,6 +156,34 @@ class Stream:
         upper = duration(between[1], "between upper", signed=True)
         inputs, pairs = (self.node_id, other.node_id), _join_pairs(on)
         return self._then(self._builder.interval_join(inputs, pairs, (lower, upper), how, name, parallelism))
+
+    def window_join(
+        self,
+        other: Stream,
+        on: str | list[str] | list[tuple[str, str]] | tuple[str, ...],
+        window: WindowAssigner,
+        how: str = "inner",
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """A join of rows whose ``on`` columns are equal and that fall in the same event-time
+        window (Flink's window join): ``window`` is ``tumbling('1 min')`` or ``sliding('10 min',
+        '1 min')`` over each stream's source watermark column. Every pair is emitted once, as
+        soon as both rows arrived; a window's rows leave the state once the watermark passes
+        its end, and rows arriving after that are late (dropped, counted in the run's metrics).
+        ``how``: ``inner``, ``left``, ``right`` or ``full``; an outer join emits a row that
+        matched nothing in its window, padded with nulls, when the window ends (as Flink SQL),
+        so the output is append-only. Columns: the keys, ``window_start``, ``window_end``,
+        then as :meth:`join`."""
+        self._check_other("window_join", other)
+        inputs, pairs = (self.node_id, other.node_id), _join_pairs(on)
+        return self._then(self._builder.window_join(inputs, pairs, window, how, name, parallelism))
+
+    def _check_other(self, operation: str, other: object) -> None:
+        if not isinstance(other, Stream):
+            raise PlanError(f"{operation}(...) takes a stream, got {other!r}")
+        if other.pipeline is not self.pipeline:
+            raise PlanError(f"{operation}(...) of a stream of another pipeline; build both streams from one Pipeline")
 
     def key_by(self, *keys: str, on_null: Any = None) -> KeyedStream:
         """Partition by key: rows with equal keys meet in one subtask, in one key group.

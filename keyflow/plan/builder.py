@@ -466,14 +466,35 @@ class PlanBuilder:
             nodes.IntervalJoinNode, inputs, on, how, label, parallelism, lower=lower, upper=upper, time_columns=times
         )
 
+    def window_join(
+        self,
+        inputs: tuple[int, int],
+        on: Sequence[tuple[str, str]],
+        assigner: object,
+        how: str,
+        name: str | None,
+        parallelism: int | None,
+    ) -> int:
+        """A join of ``inputs`` on ``on`` within each event-time window of ``assigner``."""
+        label = name or f"{how} window join"
+        if not isinstance(assigner, WindowAssigner) or assigner.merging:
+            raise PlanError(
+                f"{label}: window={assigner!r} is not a window a join can use; give tumbling('1 min') or "
+                "sliding('10 min', '1 min') (session windows are not supported by window joins)"
+            )
+        times = tuple(self._join_time(label, input_id, position) for position, input_id in enumerate(inputs))
+        return self._join(
+            nodes.WindowJoinNode, inputs, on, how, label, parallelism, assigner=assigner, time_columns=times
+        )
+
     def _join_time(self, label: str, input_id: int, position: int) -> str:
-        """The event-time column of an interval join's input (its source's watermark column)."""
+        """The event-time column of a time-bounded join's input (its source's watermark column)."""
         origin = nodes.event_time_origin(self._nodes, input_id)
         which = f"the {('left', 'right')[position]} stream ({self._nodes[input_id].name!r}"
         which += f", from {origin.kind} {origin.name!r})" if origin.id != input_id else ")"
         if nodes.event_time_column(self._nodes, input_id) is None:
             raise PlanError(
-                f"{label}: {which} has no event time, and an interval join matches rows by it; declare its source's "
+                f"{label}: {which} has no event time, which the join matches rows by; declare its source's "
                 "with pipeline.source(src, watermark=WatermarkStrategy.for_bounded_out_of_orderness('ts', '5 s'))"
             )
         return self._event_time_kept(input_id, f"{label}: the event-time column {{}} of {which}", "join")

@@ -20,6 +20,8 @@ from keyflow.changelog import OP
 from keyflow.connectors.base import KnowsColumns, KnowsTypes
 from keyflow.plan.aggregates import AggregateCall, parse_aggregations, parse_expression, read_columns
 from keyflow.plan.nodes import (
+    WINDOW_END,
+    WINDOW_START,
     AggregateNode,
     ConnectedNode,
     CoProcessNode,
@@ -35,6 +37,7 @@ from keyflow.plan.nodes import (
     SourceNode,
     UnionNode,
     WindowAggregateNode,
+    WindowJoinNode,
     WindowProcessNode,
     WithColumnsNode,
     event_time_column,
@@ -115,7 +118,9 @@ def _joined_columns(node: JoinNode, left: Columns, right: Columns) -> Columns:
     the right input's other columns (and ``op`` for an outer join)."""
     if left is None or right is None:
         return None
-    joined = {**left, **{name: kind for name, kind in right.items() if name not in node.other_keys}}
+    window = {WINDOW_START: "timestamp", WINDOW_END: "timestamp"} if isinstance(node, WindowJoinNode) else {}
+    keys = {key: left.get(key) for key in node.keys}
+    joined = {**keys, **window, **left, **{name: kind for name, kind in right.items() if name not in node.other_keys}}
     return {**joined, **({OP: "string"} if node.changelog else {})}
 
 

@@ -319,6 +319,28 @@ class IntervalJoinNode(JoinNode):
 
 
 @dataclass(frozen=True, eq=False)
+class WindowJoinNode(JoinNode):
+    """A join of rows whose keys are equal and that fall in the same event-time window
+    (Flink's window join): ``assigner`` (tumbling or sliding) over each input's watermark
+    column ``time_columns``. The state is kept per key and window, and a window's rows leave
+    it once the watermark passes the window's end; an outer join emits a preserved row that
+    never matched, padded, then (as Flink SQL), so the output is append-only. The output has
+    ``window_start`` and ``window_end`` after the keys."""
+
+    assigner: WindowAssigner | None = None
+    time_columns: tuple[str, str] = ("", "")
+    kind: ClassVar[str] = "window_join"
+
+    @property
+    def changelog(self) -> bool:
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        window = self.assigner.describe() if self.assigner is not None else None
+        return {**super().describe(), "time_columns": list(self.time_columns), "window": window}
+
+
+@dataclass(frozen=True, eq=False)
 class SinkNode(Node):
     """A sink; ``primary_key`` routes its input by key group under
     ``table.exec.sink.keyed-shuffle``; ``changelog`` says its input carries row kinds."""

@@ -25,6 +25,7 @@ from keyflow.plan.nodes import (
     ProcessNode,
     WindowAggregateNode,
     Windowing,
+    WindowJoinNode,
     WindowProcessNode,
 )
 from keyflow.plan.state_schema import KeyGroupSource, StateLayout, StateSchema
@@ -109,6 +110,18 @@ class IntervalJoin(KeyedOperator):
         node = self.node
         between = f"{node.time_columns[1]} - {node.time_columns[0]} in [{node.lower}, {node.upper}] us"
         return (("rows", "each input's rows until the watermark passes them"), ("how", node.how), ("between", between))
+
+
+@dataclass(frozen=True, eq=False)
+class WindowJoin(KeyedOperator):
+    """Each input's rows of a key and window in list state until the watermark passes the
+    window's end (when that is, per key and window, in a column: one comparison finds them)."""
+
+    node: WindowJoinNode
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        window = json.dumps(self.node.assigner.describe() if self.node.assigner is not None else None)
+        return (("rows", "each input's rows of each window until it ends"), ("how", self.node.how), ("window", window))
 
 
 @dataclass(frozen=True, eq=False)
@@ -206,6 +219,8 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
         return KeyedCoProcess(node)
     if isinstance(node, IntervalJoinNode):
         return IntervalJoin(node)
+    if isinstance(node, WindowJoinNode):
+        return WindowJoin(node)
     if isinstance(node, JoinNode):
         return RegularJoin(node)
     if not isinstance(node, AggregateNode):

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from keyflow.changelog import DELETE, INSERT, OP
 from keyflow.plan.descriptors import ListState, StateDescriptor, ValueState
 from keyflow.plan.event_time import END_OF_INPUT, NO_WATERMARK
+from keyflow.plan.nodes import WINDOW_END
 from keyflow.runtime.connected import INPUT, PACKED
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.state.key_index import Slots
@@ -237,3 +238,45 @@ class IntervalJoinRows(JoinRows):
 def expiry_state() -> dict[str, StateDescriptor]:
     """An interval join's hidden state beside the rows: per input, each key's earliest expiry."""
     return {name: ValueState(pa.int64()) for name in EXPIRY}
+
+
+WINDOW_ENDS = "__window_ends"  # a window join's key (key and window): when its window's rows leave
+
+
+class WindowJoinRows(JoinRows):
+    """A :class:`JoinRows` whose state is kept by key and window (the window is part of the
+    state's key), so pairs are rows of one window; each (key, window) records when its window
+    ends, so :meth:`advance` finds the windows the watermark passed by one comparison and
+    drops their rows, emitting a preserved input's unmatched rows padded."""
+
+    timed = True
+
+    def _arrive(self, side: int, batch: KeyedBatch, rows: pa.StructArray, state: KeyedState) -> list[pa.Table]:
+        out = super()._arrive(side, batch, rows, state)
+        ends = batch.keys.column(WINDOW_END).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        state[WINDOW_ENDS].update(pc.subtract(ends, 1))  # its last microsecond: the window fires at it
+        return out
+
+    def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
+        slots = store.columns[WINDOW_ENDS].at_most(time.watermark, len(store))
+        if not len(slots):
+            return
+        keys = store.keys(slots)
+        for side in (0, 1):
+            if self.sides.preserved[side]:
+                stored = empty_if_null(ListStateView(store, ROWS[side], slots).get())
+                lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
+                counts = empty_if_null(ListStateView(store, MATCHES[side], slots).get())
+                unmatched = np.flatnonzero(np.asarray(pc.list_flatten(counts).to_numpy(), dtype=np.int64) == 0)
+                if len(unmatched):
+                    owners = np.repeat(np.arange(len(slots), dtype=np.int64), lengths)[unmatched]
+                    rows = pc.list_flatten(stored).take(pa.array(unmatched))
+                    yield self._rows(keys.take(pa.array(owners)), side, rows, None, INSERT)
+        for column in store.columns.values():
+            column.set(slots, pa.nulls(len(slots), column.type))
+        store.touch(slots)
+
+
+def window_state() -> dict[str, StateDescriptor]:
+    """A window join's hidden state beside the rows: when each key's window ends."""
+    return {WINDOW_ENDS: ValueState(pa.int64())}

@@ -32,7 +32,15 @@ from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
 from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
 from keyflow.runtime.connected import PACKED, CoProcess, TimedCoProcess
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
-from keyflow.runtime.joins import Interval, IntervalJoinRows, JoinRows, JoinSides, expiry_state
+from keyflow.runtime.joins import (
+    Interval,
+    IntervalJoinRows,
+    JoinRows,
+    JoinSides,
+    WindowJoinRows,
+    expiry_state,
+    window_state,
+)
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.runtime.keygroups import key_group_column
 from keyflow.runtime.operators import (
@@ -227,10 +235,30 @@ def _interval_join(operator: physical.IntervalJoin, frame: DataFrame, context: K
     return context.run(exchanged, function, output, {**sides.state(), **expiry_state()}, ())
 
 
-def _join_shape(node: JoinNode, frame: DataFrame) -> tuple[JoinSides, pa.Schema]:
-    """A join's sides (from the packed rows' types) and its output schema: keys, the left
-    input's other columns, the right's; nullable, as a padded row has nulls where a non-null
-    column has none."""
+def _window_join(operator: physical.WindowJoin, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """Each row's window(s) from its input's event time (late rows dropped, counted), then a
+    regular join's rows and state kept by key and window, a window's rows dropped at its end."""
+    node = operator.node
+    assert node.assigner is not None  # the builder requires one
+    times = [F.col(f"`{PACKED[i]}`.`{node.time_columns[i]}`") for i in (0, 1)]
+    windowing = Windowing(node.assigner, WINDOW_TIME)
+    timed = frame.withColumn(WINDOW_TIME, F.coalesce(*times))
+    windowed = with_windows(windowing, _assigned(node, windowing, timed, context), context.time.watermark_before)
+    keys = (*node.keys, WINDOW_START, WINDOW_END)
+    windowed = windowed.select(*keys, *[c for c in frame.columns if c not in node.keys])
+    sides, output = _join_shape(node, windowed, keys)
+    exchanged = context.exchange(windowed, keep_key_group=True)
+    state = {**sides.state(), **window_state()}
+    return context.run(exchanged, WindowJoinRows(sides, output), output, state, (), keys=keys)
+
+
+WINDOW_TIME = "__window_time"  # a window join's rows: the event time of whichever input each is from
+
+
+def _join_shape(node: JoinNode, frame: DataFrame, keys: tuple[str, ...] = ()) -> tuple[JoinSides, pa.Schema]:
+    """A join's sides (from the packed rows' types) and its output schema: ``keys`` (the
+    join's keys by default), the left input's other columns, the right's; nullable, as a
+    padded row has nulls where a non-null column has none."""
     types = to_arrow_schema(frame.schema, timezone=session_timezone(frame))
     row_types = (types.field(PACKED[0]).type, types.field(PACKED[1]).type)
     kept = tuple(tuple(f.name for f in row_types[i] if f.name not in node.input_keys(i)) for i in (0, 1))
@@ -238,7 +266,7 @@ def _join_shape(node: JoinNode, frame: DataFrame) -> tuple[JoinSides, pa.Schema]
     if clashes:
         raise PlanError(join_clash_message(node.name, clashes))
     sides = JoinSides((node.how in ("left", "full"), node.how in ("right", "full")), row_types, kept, node.changelog)
-    fields = [types.field(key) for key in node.keys]
+    fields = [types.field(key) for key in keys or node.keys]
     fields += [row_types[i].field(name).with_nullable(True) for i in (0, 1) for name in kept[i]]
     return sides, pa.schema([*fields, *([pa.field(OP, pa.string())] if sides.changelog else [])])
 
@@ -440,6 +468,7 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.KeyedCoProcess: _co_process,
     physical.RegularJoin: _join,
     physical.IntervalJoin: _interval_join,
+    physical.WindowJoin: _window_join,
     physical.GroupByAggregate: _group_by,
     physical.MergedPartialsAggregate: _merged_partials,
     physical.WindowAggregate: _window_aggregate,
