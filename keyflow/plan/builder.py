@@ -20,7 +20,14 @@ from keyflow.config import Config
 from keyflow.connectors.base import ChangelogSource, DeclaresTypes, KnowsColumns, KnowsTypes, Sink, Source
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
-from keyflow.plan.columns import event_time_at, join_clash_message, join_clashes, output_columns, union_problems
+from keyflow.plan.columns import (
+    event_time_at,
+    join_clash_message,
+    join_clashes,
+    output_columns,
+    union_problems,
+    window_clash_message,
+)
 from keyflow.plan.compile import CompiledPlan, compile_plan
 from keyflow.plan.descriptors import StateDescriptor, StateTtlConfig
 from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner
@@ -284,7 +291,9 @@ class PlanBuilder:
             raise PlanError("window(...) over a changelog (rows with updates and deletes) is not supported yet")
         if nodes.event_time_column(self._nodes, input_id) is None:
             raise PlanError(self._no_event_time(input_id))
-        column = self._event_time_kept(input_id, "window(...): the event-time column {}", "window")
+        column = self._event_time_kept(
+            input_id, lambda column: f"window(...): the event-time column {column}", "window"
+        )
         return nodes.Windowing(assigner, column, allowed_lateness, late_rows)
 
     def _no_event_time(self, input_id: int) -> str:
@@ -459,7 +468,8 @@ class PlanBuilder:
         lower, upper = between
         if lower > upper:
             raise PlanError(
-                f"{label}: between=({lower} us, {upper} us) is empty: the lower bound must not exceed the upper"
+                f"{label}: between=({lower / 1e6:g} s, {upper / 1e6:g} s) is empty: the lower bound is after the "
+                f"upper; swap them: between=('{upper / 1e6:g} s', '{lower / 1e6:g} s')"
             )
         times = tuple(self._join_time(label, input_id, position) for position, input_id in enumerate(inputs))
         return self._join(
@@ -483,6 +493,11 @@ class PlanBuilder:
                 "sliding('10 min', '1 min') (session windows are not supported by window joins)"
             )
         times = tuple(self._join_time(label, input_id, position) for position, input_id in enumerate(inputs))
+        for input_id in inputs:
+            columns = output_columns(self._nodes, input_id, {}) or {}
+            clashes = sorted({nodes.WINDOW_START, nodes.WINDOW_END} & set(columns))
+            if clashes:
+                raise PlanError(window_clash_message(label, clashes))
         return self._join(
             nodes.WindowJoinNode, inputs, on, how, label, parallelism, assigner=assigner, time_columns=times
         )
@@ -497,17 +512,20 @@ class PlanBuilder:
                 f"{label}: {which} has no event time, which the join matches rows by; declare its source's "
                 "with pipeline.source(src, watermark=WatermarkStrategy.for_bounded_out_of_orderness('ts', '5 s'))"
             )
-        return self._event_time_kept(input_id, f"{label}: the event-time column {{}} of {which}", "join")
+        return self._event_time_kept(
+            input_id, lambda column: f"{label}: the event-time column {column} of {which}", "join"
+        )
 
-    def _event_time_kept(self, input_id: int, what: str, consumer: str) -> str:
+    def _event_time_kept(self, input_id: int, what: Callable[[str], str], consumer: str) -> str:
         """The event-time column's name in ``input_id``'s rows (of a stream with event time),
-        or a PlanError saying the operators before ``consumer`` dropped it."""
+        or a PlanError saying the operators before ``consumer`` dropped it (``what``: the
+        column, as the message names it)."""
         column = event_time_at(self._nodes, input_id)
         available = output_columns(self._nodes, input_id, {})
         if column is None or (available is not None and column not in available):
             source_column = nodes.event_time_column(self._nodes, input_id)
             raise PlanError(
-                f"{what.format(repr(source_column))} (the source's watermark column) is not among the columns "
+                f"{what(repr(source_column))} (the source's watermark column) is not among the columns "
                 f"reaching the {consumer}{'' if available is None else ' ' + str(list(available))}; keep it in the "
                 f"operators before the {consumer}"
             )

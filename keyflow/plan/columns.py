@@ -136,6 +136,13 @@ def join_clash_message(name: str, clashes: list[str]) -> str:
     )
 
 
+def window_clash_message(name: str, clashes: list[str]) -> str:
+    return (
+        f"window join {name!r}: an input has column(s) {clashes}, which the join adds to its output; rename them "
+        "with select('window_start AS earlier_start', ...) first"
+    )
+
+
 def _union_columns(inputs: list[Columns]) -> Columns:
     """A union's columns: its first input's, each with the type its inputs agree on (if known)."""
     if any(columns is None for columns in inputs):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from keyflow.plan.aggregates import AggregateCall, mergeable, parse_aggregations, retractable
-from keyflow.plan.event_time import timer_state
+from keyflow.plan.event_time import WindowAssigner, timer_state
 from keyflow.plan.nodes import (
     AggregateNode,
     CoProcessNode,
@@ -24,7 +24,6 @@ from keyflow.plan.nodes import (
     NormalizeNode,
     ProcessNode,
     WindowAggregateNode,
-    Windowing,
     WindowJoinNode,
     WindowProcessNode,
 )
@@ -118,10 +117,12 @@ class WindowJoin(KeyedOperator):
     window's end (when that is, per key and window, in a column: one comparison finds them)."""
 
     node: WindowJoinNode
+    layout: ClassVar[StateLayout] = StateLayout.WINDOWS
 
     def contents(self) -> tuple[tuple[str, str], ...]:
-        window = json.dumps(self.node.assigner.describe() if self.node.assigner is not None else None)
-        return (("rows", "each input's rows of each window until it ends"), ("how", self.node.how), ("window", window))
+        assert self.node.assigner is not None  # the builder requires one
+        rows = ("rows", "each input's rows of each window until it ends")
+        return (rows, ("how", self.node.how), window_contents(self.node.assigner))
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,7 +176,7 @@ class WindowAggregate(Aggregate):
     layout: ClassVar[StateLayout] = StateLayout.WINDOWS
 
     def contents(self) -> tuple[tuple[str, str], ...]:
-        return (*super().contents(), window_contents(self.node.windowing))
+        return (*super().contents(), window_contents(self.node.windowing.assigner))
 
 
 @dataclass(frozen=True, eq=False)
@@ -195,12 +196,12 @@ class WindowProcess(KeyedOperator):
     layout: ClassVar[StateLayout] = StateLayout.WINDOWS
 
     def contents(self) -> tuple[tuple[str, str], ...]:
-        return (("rows", "the input's rows"), window_contents(self.node.windowing))
+        return (("rows", "the input's rows"), window_contents(self.node.windowing.assigner))
 
 
-def window_contents(windowing: Windowing) -> tuple[str, str]:
+def window_contents(assigner: WindowAssigner) -> tuple[str, str]:
     """The windows a window operator's state is cut by (a restore with other windows is refused)."""
-    return "window", json.dumps(windowing.assigner.describe(), sort_keys=True)
+    return "window", json.dumps(assigner.describe(), sort_keys=True)
 
 
 IN_WORKER = "after reinterpret_as_keyed (it runs in the worker; use key_by for others)"

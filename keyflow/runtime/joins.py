@@ -92,8 +92,8 @@ class JoinRows(KeyedFunction):
                 out.append(
                     self._rows(batch.keys.take(pa.array(owners)), side, None, stored_rows.take(pa.array(first)), DELETE)
                 )
-            counts_view.update(pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(lengths)], pa.int32()),
-                                                        pa.array(counts + hits, pa.int64())))  # fmt: skip
+            offsets = pa.array(np.r_[0, np.cumsum(lengths)], pa.int32())  # a key with no rows: null, not []
+            counts_view.update(pa.ListArray.from_arrays(offsets, pa.array(counts + hits), mask=pa.array(lengths == 0)))
         if len(mine):
             keys = batch.keys.take(pa.array(batch.key_index[mine]))
             out.append(self._rows(keys, side, rows.take(pa.array(mine)), stored_rows.take(pa.array(theirs)), INSERT))
@@ -139,26 +139,28 @@ def _within(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 EXPIRY = ("__left_expiry", "__right_expiry")
 
 
+TIME_FIELD = "__event_us"  # an interval join's rows: their event time in microseconds, as Spark reads it
+
+
 @dataclass(frozen=True)
 class Interval:
     """An interval join's time condition: ``lower <= right time - left time <= upper``
-    (microseconds), each input's time in its column ``time_columns``."""
+    (microseconds), each row's time in its field ``TIME_FIELD``."""
 
     lower: int
     upper: int
-    time_columns: tuple[str, str]
 
-    def expiry(self, side: int, times: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def expiry(self, side: int, times: Positions) -> Positions:
         """When rows of ``side`` at ``times`` leave the state: once the watermark reaches the
         last time a row of the other input could match them (later rows of it are later than
         the watermark)."""
         return times + self.upper if side == 0 else times - self.lower
 
-    def times(self, side: int, rows: pa.StructArray) -> npt.NDArray[np.int64]:
-        """The rows' event times in microseconds (a row without one: the earliest time, so it
-        matches nothing and leaves at the first watermark)."""
-        column = rows.field(self.time_columns[side]).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-        return np.asarray(column.fill_null(NO_WATERMARK // 2).to_numpy(), dtype=np.int64)
+    @staticmethod
+    def times(rows: pa.StructArray) -> Positions:
+        """The rows' event times (a row without one: the earliest time, so it matches nothing
+        and leaves at the first watermark)."""
+        return np.asarray(rows.field(TIME_FIELD).fill_null(NO_WATERMARK // 2).to_numpy(), dtype=np.int64)
 
 
 class IntervalJoinRows(JoinRows):
@@ -179,7 +181,7 @@ class IntervalJoinRows(JoinRows):
         if not len(mine):
             return mine, theirs
         interval = self.interval
-        arriving, other = interval.times(side, rows)[mine], interval.times(1 - side, stored.take(pa.array(theirs)))
+        arriving, other = interval.times(rows)[mine], interval.times(stored.take(pa.array(theirs)))
         distance = other - arriving if side == 0 else arriving - other  # right time - left time
         valid = arriving > NO_WATERMARK // 2
         within = valid & (other > NO_WATERMARK // 2) & (distance >= interval.lower) & (distance <= interval.upper)
@@ -188,25 +190,24 @@ class IntervalJoinRows(JoinRows):
     def _arrive(self, side: int, batch: KeyedBatch, rows: pa.StructArray, state: KeyedState) -> list[pa.Table]:
         out = super()._arrive(side, batch, rows, state)
         earliest = np.full(batch.num_keys, END_OF_INPUT, dtype=np.int64)
-        np.minimum.at(earliest, batch.key_index, self.interval.expiry(side, self.interval.times(side, rows)))
+        np.minimum.at(earliest, batch.key_index, self.interval.expiry(side, self.interval.times(rows)))
         view = state[EXPIRY[side]]
         stored = np.asarray(view.get().fill_null(END_OF_INPUT).to_numpy(), dtype=np.int64)
         view.update(pa.array(np.minimum(stored, earliest), pa.int64()))
         return out
 
     def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
-        """Drop the rows the watermark passed; emit a preserved input's unmatched ones padded."""
-        due = [store.columns[EXPIRY[side]].at_most(time.watermark, len(store)) for side in (0, 1)]
-        slots = np.union1d(*due).astype(np.int64)
-        if not len(slots):
-            return
-        store.touch(slots)
-        keys = store.keys(slots)
+        """Drop the rows the watermark passed; emit a preserved input's unmatched ones padded.
+        Each input's lists are rewritten only for the keys with a row of it due."""
         for side in (0, 1):
+            slots = store.columns[EXPIRY[side]].at_most(time.watermark, len(store))
+            if not len(slots):
+                continue
+            store.touch(slots)
             padded = self._leave(side, slots, store, time.watermark)
             if padded is not None:
                 owners, rows = padded
-                yield self._rows(keys.take(pa.array(owners)), side, rows, None, INSERT)
+                yield self._rows(store.keys(slots).take(pa.array(owners)), side, rows, None, INSERT)
 
     def _leave(
         self, side: int, slots: Slots, store: KeyedStateStore, watermark: int
@@ -218,7 +219,7 @@ class IntervalJoinRows(JoinRows):
         lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
         flat = pc.list_flatten(stored)
         owners = np.repeat(np.arange(len(slots), dtype=np.int64), lengths)
-        expiry = self.interval.expiry(side, self.interval.times(side, flat))
+        expiry = self.interval.expiry(side, self.interval.times(flat))
         keep = expiry > watermark
         kept = np.bincount(owners[keep], minlength=len(slots))
         offsets, empty = pa.array(np.r_[0, np.cumsum(kept)], pa.int32()), pa.array(kept == 0)

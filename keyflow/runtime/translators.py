@@ -23,7 +23,7 @@ from keyflow.errors import NullKeysError, PlanError, encode
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import physical
 from keyflow.plan.aggregates import AggregateCall
-from keyflow.plan.columns import join_clash_message, join_clashes, missing_order_by_message
+from keyflow.plan.columns import join_clash_message, join_clashes, missing_order_by_message, window_clash_message
 from keyflow.plan.descriptors import StateDescriptor, ValueState, with_ttl_columns
 from keyflow.plan.event_time import timer_state
 from keyflow.plan.graph import Operator
@@ -33,6 +33,7 @@ from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, Retract
 from keyflow.runtime.connected import PACKED, CoProcess, TimedCoProcess
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
 from keyflow.runtime.joins import (
+    TIME_FIELD,
     Interval,
     IntervalJoinRows,
     JoinRows,
@@ -51,7 +52,7 @@ from keyflow.runtime.operators import (
     map_in_arrow,
     session_timezone,
 )
-from keyflow.runtime.window_assign import EVENT_MICROS, split_late, with_windows
+from keyflow.runtime.window_assign import EVENT_MICROS, field_micros, split_late, with_windows
 from keyflow.runtime.windows import (
     END_MICROS,
     ROW_COUNT,
@@ -227,12 +228,32 @@ def _join(operator: physical.RegularJoin, frame: DataFrame, context: KeyedContex
 
 
 def _interval_join(operator: physical.IntervalJoin, frame: DataFrame, context: KeyedContext) -> DataFrame:
-    """A regular join's rows and state, the pairs limited by event time, rows dropped by the watermark."""
+    """A regular join's rows and state, the pairs limited by event time, rows dropped by the
+    watermark. Spark reads each row's event time as the watermark does (any type a watermark
+    column may have), into a field of its packed row."""
     node = operator.node
-    sides, output = _join_shape(node, frame)
-    function = IntervalJoinRows(sides, output, Interval(node.lower, node.upper, node.time_columns))
-    exchanged = context.exchange(frame, keep_key_group=True)
+    for position in (0, 1):
+        _require_time_field(node, frame, position, node.time_columns[position])
+    timed = frame.withColumns(
+        {
+            packed: F.col(packed).withField(TIME_FIELD, field_micros(packed, node.time_columns[i]))
+            for i, packed in enumerate(PACKED)
+        }
+    )
+    sides, output = _join_shape(node, timed)
+    function = IntervalJoinRows(sides, output, Interval(node.lower, node.upper))
+    exchanged = context.exchange(timed, keep_key_group=True)
     return context.run(exchanged, function, output, {**sides.state(), **expiry_state()}, ())
+
+
+def _require_time_field(node: JoinNode, frame: DataFrame, position: int, column: str) -> None:
+    """A time-bounded join's input has its event-time column, or a PlanError naming it."""
+    fields = frame.schema[PACKED[position]].dataType.fieldNames()
+    if column not in fields:
+        raise PlanError(
+            f"operator {node.name!r}: the event-time column {column!r} (the source's watermark column) is not among "
+            f"the {('left', 'right')[position]} input's columns {fields}; keep it in the operators before the join"
+        )
 
 
 def _window_join(operator: physical.WindowJoin, frame: DataFrame, context: KeyedContext) -> DataFrame:
@@ -240,6 +261,11 @@ def _window_join(operator: physical.WindowJoin, frame: DataFrame, context: Keyed
     regular join's rows and state kept by key and window, a window's rows dropped at its end."""
     node = operator.node
     assert node.assigner is not None  # the builder requires one
+    for position in (0, 1):
+        _require_time_field(node, frame, position, node.time_columns[position])
+        clashes = sorted({WINDOW_START, WINDOW_END} & set(frame.schema[PACKED[position]].dataType.fieldNames()))
+        if clashes:
+            raise PlanError(window_clash_message(node.name, clashes))
     times = [F.col(f"`{PACKED[i]}`.`{node.time_columns[i]}`") for i in (0, 1)]
     windowing = Windowing(node.assigner, WINDOW_TIME)
     timed = frame.withColumn(WINDOW_TIME, F.coalesce(*times))
@@ -261,7 +287,8 @@ def _join_shape(node: JoinNode, frame: DataFrame, keys: tuple[str, ...] = ()) ->
     padded row has nulls where a non-null column has none."""
     types = to_arrow_schema(frame.schema, timezone=session_timezone(frame))
     row_types = (types.field(PACKED[0]).type, types.field(PACKED[1]).type)
-    kept = tuple(tuple(f.name for f in row_types[i] if f.name not in node.input_keys(i)) for i in (0, 1))
+    kept = tuple(tuple(f.name for f in row_types[i] if f.name not in node.input_keys(i) and f.name != TIME_FIELD)
+                 for i in (0, 1))  # fmt: skip
     clashes = join_clashes(node.other_keys, [f.name for f in row_types[0]], kept[1])
     if clashes:
         raise PlanError(join_clash_message(node.name, clashes))

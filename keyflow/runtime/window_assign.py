@@ -31,12 +31,20 @@ class Assigned:
 
 def event_micros(column: str) -> Column:
     """Event time in microseconds; null where the column is null or does not parse as a timestamp."""
-    return F.expr(_micros_sql(column))
+    return F.expr(_micros_sql(_quoted(column)))
 
 
-def _micros_sql(column: str) -> str:
-    quoted = "`" + column.replace("`", "``") + "`"
-    return f"unix_micros(try_cast({quoted} AS TIMESTAMP))"
+def field_micros(struct: str, field: str) -> Column:
+    """:func:`event_micros` of a field of a struct column (a two-input operator's packed rows)."""
+    return F.expr(_micros_sql(f"{_quoted(struct)}.{_quoted(field)}"))
+
+
+def _micros_sql(reference: str) -> str:
+    return f"unix_micros(try_cast({reference} AS TIMESTAMP))"
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def split_late(
@@ -54,7 +62,7 @@ def split_late(
     # A session row is late only once merged with the key's open sessions: the worker decides.
     judged = watermark_before != NO_WATERMARK and not assigner.merging
     late = f" OR {window_end} - 1 + {lateness} <= {watermark_before}" if judged else ""
-    flagged = frame.withColumn(EVENT_MICROS, F.expr(_micros_sql(windowing.time_column))).withColumn(
+    flagged = frame.withColumn(EVENT_MICROS, event_micros(windowing.time_column)).withColumn(
         REJECTED, F.expr(f"{EVENT_MICROS} IS NULL{late}")
     )
     if count is not None:

@@ -29,6 +29,7 @@ class StateColumn:
         raise NotImplementedError
 
     def set(self, slots: Slots, values: pa.Array) -> None:
+        """Write ``values[i]`` for slot ``slots[i]`` (distinct slots; a null clears it)."""
         raise NotImplementedError
 
     def valid(self, size: int) -> npt.NDArray[np.bool_]:
@@ -133,6 +134,11 @@ class ArrowColumn(StateColumn):
         present, owners = (values, slots) if valid.all() else (values.filter(pa.array(valid)), slots[valid])
         if len(owners):
             self._add(present, owners)
+        if self._order and sum(len(values) for values, _ in self._chunks.values()) > 2 * self._live() + 1024:
+            self._merge(list(self._order))  # mostly overwritten or cleared rows: keep the live ones only
+
+    def _live(self) -> int:
+        return int(np.count_nonzero(self._chunk_of >= 0))
 
     def _add(self, values: pa.Array, owners: Slots) -> None:
         self._place(self._next, values, owners)
@@ -140,9 +146,6 @@ class ArrowColumn(StateColumn):
         self._next += 1
         while len(self._order) > 1 and self._length(-2) <= 2 * self._length(-1):
             self._merge(self._order[-2:])
-        live = int(np.count_nonzero(self._chunk_of >= 0))
-        if len(self._order) > 1 and sum(len(values) for values, _ in self._chunks.values()) > 2 * live + 1024:
-            self._merge(list(self._order))
 
     def _length(self, position: int) -> int:
         return len(self._chunks[self._order[position]][0])
