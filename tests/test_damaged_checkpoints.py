@@ -62,19 +62,19 @@ def build_checkpoint(base: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One checkpoint that tests copy (its manifests name its own sinks' paths: tests that
-    publish or roll back output build their own)."""
-    return build_checkpoint(tmp_path_factory.mktemp("pristine"))
-
-
-@pytest.fixture(scope="module")
 def built_once(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A checkpoint built at one path, and a copy of it kept aside."""
     base = build_checkpoint(tmp_path_factory.mktemp("built"))
     kept = tmp_path_factory.mktemp("kept")
     shutil.copytree(base, kept, dirs_exist_ok=True)
     return base, kept
+
+
+@pytest.fixture(scope="module")
+def pristine(built_once: tuple[Path, Path]) -> Path:
+    """The kept copy, which tests copy and never change (its manifests name the built path's
+    sinks, which ``built`` puts back before each test that publishes or rolls back output)."""
+    return built_once[1]
 
 
 @pytest.fixture
