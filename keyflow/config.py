@@ -297,6 +297,13 @@ SINK_KEYED_SHUFFLE: Option[str] = Option(
     "SQL sinks with a primary key: AUTO routes rows to the sink by the key's key group when the sink's "
     "parallelism differs from its input's; FORCE whenever the sink's parallelism is not 1; NONE never.",
 )
+STATE_TTL: Option[float] = Option(
+    "table.exec.state.ttl",
+    parse_duration,
+    0.0,
+    "Idle state retention of regular joins: a key whose join state has not been written for this long "
+    "(processing time) loses it. 0: kept forever (Flink's default). Not yet applied to other operators.",
+)
 
 # Every option by key, in the order the unknown-key error lists them.
 OPTIONS: dict[str, Option[Any]] = {
@@ -326,6 +333,7 @@ OPTIONS: dict[str, Option[Any]] = {
         MAX_BROADCAST_RATIO,
         AUTO_PARALLELISM_BALANCE,
         SINK_KEYED_SHUFFLE,
+        STATE_TTL,
         IGNORE_UNCLAIMED_STATE,
     )
 }

@@ -12,6 +12,7 @@ from keyflow.plan.descriptors import StateDescriptor
 from keyflow.runtime.connected import INPUT, PACKED
 from keyflow.runtime.joins import (
     TIME_FIELD,
+    IdleJoinRows,
     Interval,
     IntervalJoinRows,
     JoinRows,
@@ -45,7 +46,7 @@ class Subtask:
         self.kinds = {name: view_kind(descriptor) for name, descriptor in state.items()}
 
     def arrive(
-        self, side: int, users: list[str], numbers: list[int], times: list[int | None], **keys: pa.Array
+        self, side: int, users: list[str], numbers: list[int], times: list[int | None], now: int = 0, **keys: pa.Array
     ) -> Pairs:
         struct = (LEFT, RIGHT)[side]
         rows = pa.StructArray.from_arrays(
@@ -56,11 +57,11 @@ class Subtask:
         columns[PACKED[1 - side]] = pa.nulls(len(users), (LEFT, RIGHT)[1 - side])
         batch = KeyedBatch.from_rows(pa.table(columns), self.keys, np.zeros(len(users), np.int32), 0)
         slots = self.store.slots(batch.keys, batch.key_groups)
-        out = self.function.process(batch, KeyedState(self.store, slots, self.kinds))
+        out = self.function.process(batch, KeyedState(self.store, slots, self.kinds, now=now))
         return [] if out is None else _pairs(out)
 
-    def advance(self, watermark: int) -> Pairs:
-        tables = list(self.function.advance(TaskTime(watermark, watermark, 0), self.store))
+    def advance(self, watermark: int, now: int = 0) -> Pairs:
+        tables = list(self.function.advance(TaskTime(watermark, watermark, now), self.store))
         return [pair for table in tables for pair in _pairs(table)]
 
 
@@ -105,4 +106,20 @@ def test_window_join_rows_leave_when_the_watermark_reaches_the_window_end() -> N
     assert task.advance(60 * S - 2) == []  # the window's last microsecond is not yet passed
     assert task.advance(60 * S - 1) == [("b", 2, None)]  # it ends: order 2 never matched
     assert task.advance(120 * S) == []
+    assert not len(task.store.live_slots())
+
+
+def test_a_regular_join_forgets_a_key_idle_for_the_state_ttl() -> None:
+    """``table.exec.state.ttl``: a key's rows of both inputs go together once it has not been
+    written for the TTL (processing time), never read after that even before they are
+    cleared; a key written meanwhile keeps all of its rows."""
+    inner = JoinSides((False, False), (LEFT, RIGHT), (("order",), ("visit",)), changelog=False)
+    task = Subtask(IdleJoinRows(inner, OUTPUT, ttl=10 * S), JoinRows.state_of(inner))
+    assert task.arrive(0, ["a", "b"], [1, 2], [0, 0], now=0) == []
+    assert task.arrive(1, ["b"], [8], [0], now=5 * S) == [("b", 2, 8)]  # b written again at 5 s
+    assert task.arrive(1, ["a", "b"], [7, 9], [0, 0], now=10 * S) == [("b", 2, 9)]  # a idle for 10 s: no order 1
+    assert task.arrive(0, ["c"], [3], [0], now=11 * S) == []
+    assert task.advance(0, now=21 * S - 1) == []
+    assert len(task.store.live_slots()) == 1  # c, written at 11 s
+    assert task.advance(0, now=21 * S) == []
     assert not len(task.store.live_slots())

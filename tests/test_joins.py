@@ -5,6 +5,7 @@ pandas' merge of the same rows."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,8 @@ from keyflow import Log, Pipeline, files, parquet, tumbling
 from keyflow.changelog import current
 from keyflow.connectors.streams import log
 from keyflow.errors import DataError, PlanError
+from keyflow.state.checkpoint import Checkpoint
+from keyflow.state.inspect import describe_checkpoint
 from tests.streams import append, config, write_files
 
 ORDERS = pa.schema([("user", pa.string()), ("order_id", pa.int64()), ("amount", pa.int64())])
@@ -166,3 +169,30 @@ def test_join_mistakes_are_plan_errors(tmp_path: Path) -> None:
     a.join(b, on="user").sink(parquet(tmp_path / "y"))
     with pytest.raises(PlanError, match=r"the second stream \('visits'\) has no key column\(s\) \['user'\]"):
         p.plan()
+
+
+@pytest.mark.jvm
+def test_state_ttl_forgets_the_rows_of_idle_keys(tmp_path: Path) -> None:
+    """``table.exec.state.ttl``: rows of a key not written for the TTL never join again and,
+    after a compaction, are gone from the checkpoint; keys written since keep theirs."""
+    Log.create(tmp_path / "orders", 2, ORDERS)
+    Log.create(tmp_path / "visits", 2, VISITS)
+
+    def run(left: pd.DataFrame, right: pd.DataFrame) -> list[dict[str, object]]:
+        append(tmp_path / "orders", left, schema=ORDERS, key="user")
+        append(tmp_path / "visits", right, schema=VISITS, key="uid")
+        p = Pipeline(config=config(2, **{"table.exec.state.ttl": "1 s", "state.compaction.max-deltas": 1}))
+        a, b = p.source(log(str(tmp_path / "orders")), uid="orders"), p.source(log(str(tmp_path / "visits")), uid="v")
+        a.join(b, on=[("user", "uid")]).uid("join").sink(parquet(tmp_path / "out"), uid="out")
+        p.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+        return describe_checkpoint(Checkpoint(str(tmp_path / "ckpt")))["operators"]
+
+    first = orders(40, 10, start=0, seed=13)  # users u0..u9
+    assert run(first, visits(0, 0, 1, start=0, seed=14))[0]["keys_stored"] == first.user.nunique()
+    time.sleep(1.5)
+    late_visits = visits(30, 0, 5, start=0, seed=15)  # u0..u4: their orders are idle past the TTL
+    new = pd.DataFrame({"user": ["u20"], "order_id": [99], "amount": [5]})
+    operators = run(new, pd.concat([late_visits, pd.DataFrame({"uid": ["u20"], "visit": [99]})]))
+    got = output(tmp_path / "out", "inner")
+    assert got[["user", "order_id", "visit"]].values.tolist() == [["u20", 99, 99]]  # no order of u0..u9 joined
+    assert operators[0]["keys_stored"] == late_visits.uid.nunique() + 1  # u5..u9 dropped; u0..u4 hold visits

@@ -16,7 +16,7 @@ import pyarrow as pa
 from pyspark import Accumulator, Broadcast
 from pyspark.sql import DataFrame, Observation, SparkSession
 
-from keyflow.config import NULL_KEYS, PIPELINE_NAME, PRE_KEYED_VERIFY
+from keyflow.config import NULL_KEYS, PIPELINE_NAME, PRE_KEYED_VERIFY, STATE_TTL
 from keyflow.errors import DataError, NullKeysError, PlanError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
@@ -202,6 +202,7 @@ class FrameBuilder:
             rejected=self._rejected,
             persist=self._persist,
             late_accumulator=self._late_accumulator,
+            state_ttl=round(self.plan.config.get(STATE_TTL) * 1_000_000),
         )
         if node.reinterpreted:
             context.ranges = self._ranges.get(nodes.keyed_origin(self.plan.nodes, node.inputs[0]).id)

@@ -36,6 +36,7 @@ from keyflow.state.timers import TaskTime
 
 Positions = npt.NDArray[np.int64]
 ROWS, MATCHES = ("__left_rows", "__right_rows"), ("__left_matches", "__right_matches")
+WRITTEN = "__written"  # a regular join's key: when its state was last written (idle state retention)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,13 @@ class JoinRows(KeyedFunction):
 
     def __init__(self, sides: JoinSides, schema: pa.Schema) -> None:
         self.sides, self.schema = sides, schema
+
+    @staticmethod
+    def state_of(sides: JoinSides) -> dict[str, StateDescriptor]:
+        """What a regular join stores: each side's rows (and match counts), and when each key
+        was last written (always kept, so turning ``table.exec.state.ttl`` on or off keeps the
+        checkpoint's state layout)."""
+        return {**sides.state(), WRITTEN: ValueState(pa.int64())}
 
     def process(self, batch: KeyedBatch, state: KeyedState) -> Any:
         tags = batch.data.column(INPUT).to_numpy()
@@ -134,6 +142,42 @@ def _within(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """0, 1, ..., counts[i] - 1 for each i, concatenated."""
     total = int(counts.sum())
     return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+class IdleJoinRows(JoinRows):
+    """A regular join under ``table.exec.state.ttl`` (Flink's idle state retention): each call
+    stamps its keys with the processing time; :meth:`advance` clears every key not written
+    for ``ttl`` microseconds, both inputs' rows at once, so the lists never disagree."""
+
+    timed = True
+
+    def __init__(self, sides: JoinSides, schema: pa.Schema, ttl: int) -> None:
+        super().__init__(sides, schema)
+        self.ttl = ttl
+
+    def process(self, batch: KeyedBatch, state: KeyedState) -> Any:
+        written = state[WRITTEN].get().fill_null(state.now)
+        idle = np.flatnonzero(pc.less_equal(written, state.now - self.ttl).to_numpy(zero_copy_only=False))
+        if len(idle):  # expired but not cleared yet: never read (Flink's NeverReturnExpired)
+            stale = state.of_keys(idle)
+            for name in self.state_of(self.sides):
+                stale[name].clear()
+        out = super().process(batch, state)
+        state[WRITTEN].update(pa.array(np.full(batch.num_keys, state.now, dtype=np.int64)))
+        return out
+
+    def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
+        idle = store.columns[WRITTEN].at_most(time.processing_time - self.ttl, len(store))
+        clear(store, idle)
+        return iter(())
+
+
+def clear(store: KeyedStateStore, slots: Slots) -> None:
+    """Every state of ``slots`` cleared (written so: the checkpoint forgets them too)."""
+    if len(slots):
+        for column in store.columns.values():
+            column.set(slots, pa.nulls(len(slots), column.type))
+        store.touch(slots)
 
 
 EXPIRY = ("__left_expiry", "__right_expiry")
@@ -273,9 +317,7 @@ class WindowJoinRows(JoinRows):
                     owners = np.repeat(np.arange(len(slots), dtype=np.int64), lengths)[unmatched]
                     rows = pc.list_flatten(stored).take(pa.array(unmatched))
                     yield self._rows(keys.take(pa.array(owners)), side, rows, None, INSERT)
-        for column in store.columns.values():
-            column.set(slots, pa.nulls(len(slots), column.type))
-        store.touch(slots)
+        clear(store, slots)
 
 
 def window_state() -> dict[str, StateDescriptor]:

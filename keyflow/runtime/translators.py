@@ -34,6 +34,7 @@ from keyflow.runtime.connected import PACKED, CoProcess, TimedCoProcess
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
 from keyflow.runtime.joins import (
     TIME_FIELD,
+    IdleJoinRows,
     Interval,
     IntervalJoinRows,
     JoinRows,
@@ -96,6 +97,7 @@ class KeyedContext:
     rejected: Callable[[KeyedNode, DataFrame | None], Observation | None] | None = None
     persist: Callable[[DataFrame], DataFrame] | None = None  # a frame read twice, computed once
     late_accumulator: Callable[[KeyedNode], Accumulator[int]] | None = None
+    state_ttl: int = 0  # table.exec.state.ttl in microseconds (0: off)
 
     def reject(self, rows: DataFrame | None) -> Observation | None:
         """Hand rows without a place (late ones) to the dead letters; None: they are dropped,
@@ -223,8 +225,9 @@ def _co_process(operator: physical.KeyedCoProcess, frame: DataFrame, context: Ke
 def _join(operator: physical.RegularJoin, frame: DataFrame, context: KeyedContext) -> DataFrame:
     """``frame``: both inputs' rows (``keyflow.runtime.connected``); each kept in list state."""
     sides, output = _join_shape(operator.node, frame)
+    function = JoinRows(sides, output) if not context.state_ttl else IdleJoinRows(sides, output, context.state_ttl)
     exchanged = context.exchange(frame, keep_key_group=True)
-    return context.run(exchanged, JoinRows(sides, output), output, sides.state(), ())
+    return context.run(exchanged, function, output, JoinRows.state_of(sides), ())
 
 
 def _interval_join(operator: physical.IntervalJoin, frame: DataFrame, context: KeyedContext) -> DataFrame:

@@ -248,6 +248,11 @@ class KeyedState:
         return KeyedState(self._store, self._slots[positions], self._kinds, timers, self._now)
 
     @property
+    def now(self) -> int:
+        """The call's processing time (microseconds since the epoch), which state TTL runs on."""
+        return self._now
+
+    @property
     def timers(self) -> TimerService:
         """The keys' timers (see :class:`keyflow.state.timers.TimerService`)."""
         if self._timers is None:
