@@ -179,6 +179,23 @@ class Stream:
         inputs, pairs = (self.node_id, other.node_id), _join_pairs(on)
         return self._then(self._builder.window_join(inputs, pairs, window, how, name, parallelism))
 
+    def lookup_join(
+        self,
+        table: Stream,
+        on: str | list[str] | list[tuple[str, str]] | tuple[str, ...],
+        how: str = "inner",
+        name: str | None = None,
+    ) -> Stream:
+        """Each row of this stream enriched with the matching rows of ``table``, a stream of
+        bounded sources only (Flink's lookup join, against a table read from files): ``on`` as
+        :meth:`join`; ``how``: ``inner`` or ``left`` (a row with no match, padded with nulls).
+        The table is read whole at every micro-batch, so a streaming run sees its current
+        files; Spark broadcasts it where it is small and shuffles both by the key otherwise.
+        No state: nothing to checkpoint or rescale. Output columns as :meth:`join`."""
+        self._check_other("lookup_join", table)
+        inputs, pairs = (self.node_id, table.node_id), _join_pairs(on)
+        return self._then(self._builder.lookup_join(inputs, pairs, how, name))
+
     def _check_other(self, operation: str, other: object) -> None:
         if not isinstance(other, Stream):
             raise PlanError(f"{operation}(...) takes a stream, got {other!r}")

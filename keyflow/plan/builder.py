@@ -17,7 +17,15 @@ import pyarrow as pa
 
 from keyflow.changelog import DELETED, OP
 from keyflow.config import Config
-from keyflow.connectors.base import ChangelogSource, DeclaresTypes, KnowsColumns, KnowsTypes, Sink, Source
+from keyflow.connectors.base import (
+    ChangelogSource,
+    DeclaresTypes,
+    KnowsColumns,
+    KnowsTypes,
+    Sink,
+    Source,
+    is_unbounded,
+)
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
 from keyflow.plan.columns import (
@@ -530,6 +538,35 @@ class PlanBuilder:
                 f"operators before the {consumer}"
             )
         return column
+
+    def lookup_join(self, inputs: tuple[int, int], on: Sequence[tuple[str, str]], how: str, name: str | None) -> int:
+        """Rows of ``inputs[0]`` enriched with the matching rows of the bounded ``inputs[1]``."""
+        label = name or f"{how} lookup join"
+        if how not in nodes.LOOKUP_JOIN_TYPES:
+            raise PlanError(
+                f"{label}: how={how!r} is not a lookup join type; choose inner or left (the table's rows are not "
+                "a stream: no row of it is emitted unmatched)"
+            )
+        table = self._nodes[inputs[1]]
+        unbounded = [node.name for node in nodes.upstream(self._nodes, [inputs[1]])
+                     if isinstance(node, nodes.SourceNode) and is_unbounded(node.source)]  # fmt: skip
+        if unbounded:
+            raise PlanError(
+                f"{label}: the table ({table.name!r}) reads unbounded source(s) {unbounded}; a lookup join's table "
+                "is read whole at every micro-batch, so it must be bounded. Join two streams with join(...)"
+            )
+        for input_id in inputs:
+            if self.is_changelog(input_id):
+                raise PlanError(
+                    f"{label}: {self._nodes[input_id].name!r} is a changelog (rows with updates and deletes); not "
+                    "supported yet: join streams and tables of inserts"
+                )
+        keys, other_keys = tuple(left for left, _ in on), tuple(right for _, right in on)
+        left, right = (output_columns(self._nodes, input_id, {}) for input_id in inputs)
+        clashes = join_clashes(other_keys, list(left), list(right)) if left is not None and right is not None else []
+        if clashes:
+            raise PlanError(join_clash_message(label, clashes))
+        return self._add(nodes.LookupJoinNode, inputs, label, None, keys=keys, other_keys=other_keys, how=how)
 
     def _join(
         self,

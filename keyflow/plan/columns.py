@@ -28,6 +28,7 @@ from keyflow.plan.nodes import (
     FilterNode,
     JoinNode,
     KeyedNode,
+    LookupJoinNode,
     MapBatchesNode,
     Node,
     NormalizeNode,
@@ -66,7 +67,7 @@ def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) ->
         return schema_columns(node.schema)
     if isinstance(node, UnionNode):
         return _union_columns([output_columns(nodes, input_id, known) for input_id in node.inputs])
-    if isinstance(node, JoinNode):
+    if isinstance(node, (JoinNode, LookupJoinNode)):
         return _joined_columns(node, *(output_columns(nodes, input_id, known) for input_id in node.inputs))
     upstream = output_columns(nodes, node.inputs[0], known) if node.inputs else None
     if upstream is None:
@@ -113,7 +114,7 @@ def _names(tree: exp.Expr, column: str) -> bool:
     return isinstance(tree, exp.Column) and not tree.is_star and not tree.table and tree.name.lower() == column.lower()
 
 
-def _joined_columns(node: JoinNode, left: Columns, right: Columns) -> Columns:
+def _joined_columns(node: JoinNode | LookupJoinNode, left: Columns, right: Columns) -> Columns:
     """A join's columns: the keys (named as the left input's), the left input's other columns,
     the right input's other columns (and ``op`` for an outer join)."""
     if left is None or right is None:
@@ -216,7 +217,7 @@ def column_problems(nodes: Mapping[int, Node], ordered: list[Node]) -> list[str]
     problems: list[str] = []
     for node in ordered:
         available = output_columns(nodes, node.inputs[0], known) if node.inputs else None
-        if isinstance(node, ConnectedNode):
+        if isinstance(node, (ConnectedNode, LookupJoinNode)):
             problems.extend(_connected_problems(nodes, node, available, known))
             continue
         if available is None or isinstance(node, NormalizeNode):
@@ -243,7 +244,7 @@ def _keyed_problems(node: KeyedNode, available: dict[str, Type]) -> list[str]:
 
 
 def _connected_problems(
-    nodes: Mapping[int, Node], node: ConnectedNode, first: Columns, known: dict[int, Columns]
+    nodes: Mapping[int, Node], node: ConnectedNode | LookupJoinNode, first: Columns, known: dict[int, Columns]
 ) -> list[str]:
     """Each input's key columns are there, and pairwise of one type where both are known (the
     type decides the key group: keys of two types never meet)."""

@@ -31,6 +31,7 @@ from keyflow.plan.graph import Edge, JobGraph, Operator, Partitioner, Vertex
 from keyflow.plan.nodes import (
     FilterNode,
     KeyedNode,
+    LookupJoinNode,
     Node,
     ProcessNode,
     SinkNode,
@@ -264,6 +265,8 @@ def _partitioner(
 ) -> Partitioner:
     if isinstance(node, ProcessNode) and node.side_input and input_id == node.inputs[1]:
         return Partitioner.BROADCAST
+    if isinstance(node, LookupJoinNode) and input_id == node.inputs[1]:
+        return Partitioner.BROADCAST  # Spark's broadcast join where the table is small (else it shuffles both)
     if isinstance(node, KeyedNode) and node.reinterpreted:
         _check_reinterpretable(node, nodes, input_id, parallelism)
         return Partitioner.FORWARD

@@ -110,6 +110,49 @@ class UnionNode(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class LookupJoinNode(Node):
+    """Each row of a stream (``inputs[0]``) enriched with the matching rows of a bounded table
+    (``inputs[1]``), read whole at every micro-batch (Flink's lookup join, against a table
+    read from files): a Spark join, broadcast when the table is small; no state."""
+
+    keys: tuple[str, ...] = ()
+    other_keys: tuple[str, ...] = ()
+    how: str = "inner"
+    kind: ClassVar[str] = "lookup_join"
+    changelog: ClassVar[bool] = False
+
+    def input_keys(self, position: int) -> tuple[str, ...]:
+        return self.other_keys if position == 1 else self.keys
+
+    def describe(self) -> dict[str, Any]:
+        return {"keys": [list(self.keys), list(self.other_keys)], "how": self.how}
+
+
+LOOKUP_JOIN_TYPES = ("inner", "left")
+
+
+def stream_sources(nodes: Mapping[int, Node], roots: Iterable[int]) -> list[Node]:
+    """The sources whose rows flow to ``roots`` as a stream: all but those read only as a
+    lookup join's table (a streaming run reads those again at every micro-batch)."""
+    found: list[Node] = []
+    seen: set[int] = set()
+
+    def visit(node_id: int) -> None:
+        if node_id in seen:
+            return
+        seen.add(node_id)
+        node = nodes[node_id]
+        if isinstance(node, SourceNode):
+            found.append(node)
+        for input_id in node.inputs[:1] if isinstance(node, LookupJoinNode) else node.inputs:
+            visit(input_id)
+
+    for root in roots:
+        visit(root)
+    return found
+
+
+@dataclass(frozen=True, eq=False)
 class KeyedNode(Node):
     """An operator that needs its input partitioned by key group."""
 

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from keyflow.errors import PlanError
-from keyflow.plan.nodes import ConnectedNode
+from keyflow.plan.nodes import ConnectedNode, LookupJoinNode
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.runtime.operators import packed_rows
 from keyflow.runtime.workers import TimedUserProcess, conform, fire_timers, not_a_table
@@ -31,6 +31,22 @@ INPUT, PACKED = "__input", ("__first", "__second")
 
 def connected_inputs(node: ConnectedNode, first: DataFrame, second: DataFrame, names: tuple[str, str]) -> DataFrame:
     """Both inputs' rows as one frame (``names``: the inputs' operator names, for errors)."""
+    check_join_keys(node, first, second, names)
+    packed = packed_rows((first, second))
+    tagged = []
+    for position, frame in enumerate((first, second)):
+        keys = [
+            F.col(f"`{column}`").alias(key) for key, column in zip(node.keys, node.input_keys(position), strict=True)
+        ]
+        columns = [packed[i][0 if i == position else 1].alias(PACKED[i]) for i in range(2)]
+        tagged.append(frame.select(*keys, F.lit(position).cast("byte").alias(INPUT), *columns))
+    return tagged[0].unionByName(tagged[1])
+
+
+def check_join_keys(
+    node: ConnectedNode | LookupJoinNode, first: DataFrame, second: DataFrame, names: tuple[str, str]
+) -> None:
+    """Each input has its key columns, pairwise of one type, or a PlanError naming them."""
     for position, frame in enumerate((first, second)):
         missing = [key for key in node.input_keys(position) if key not in frame.columns]
         if missing:
@@ -46,15 +62,6 @@ def connected_inputs(node: ConnectedNode, first: DataFrame, second: DataFrame, n
                 f"{names[1]!r} is {two.simpleString()}; equal keys of two types never meet in one key group: cast "
                 "one of them with select(...) first"
             )
-    packed = packed_rows((first, second))
-    tagged = []
-    for position, frame in enumerate((first, second)):
-        keys = [
-            F.col(f"`{column}`").alias(key) for key, column in zip(node.keys, node.input_keys(position), strict=True)
-        ]
-        columns = [packed[i][0 if i == position else 1].alias(PACKED[i]) for i in range(2)]
-        tagged.append(frame.select(*keys, F.lit(position).cast("byte").alias(INPUT), *columns))
-    return tagged[0].unionByName(tagged[1])
 
 
 class CoProcess(KeyedFunction):

@@ -27,6 +27,7 @@ from keyflow.runtime.adaptive_exchange import StageReport, adaptive_keyed_exchan
 from keyflow.runtime.connected import PACKED, connected_inputs
 from keyflow.runtime.errors import guarded
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition, rebalance
+from keyflow.runtime.lookup import lookup_join
 from keyflow.runtime.operators import (
     AdaptiveExchange,
     KeyGroupRanges,
@@ -107,6 +108,11 @@ class FrameBuilder:
             frame = self.guarded(lambda: read(self.spark, parallelism), node)
         elif isinstance(node, nodes.UnionNode):
             frame = self._union(node, parallelism)
+        elif isinstance(node, nodes.LookupJoinNode):
+            stream = self.frame(node.inputs[0]).drop(KEY_GROUP_COLUMN)
+            if self.parallelism[node.inputs[0]] != parallelism:
+                stream = rebalance(stream, parallelism)
+            frame = lookup_join(node, stream, self.frame(node.inputs[1]).drop(KEY_GROUP_COLUMN), self._names(node))
         else:
             upstream = self.frame(node.inputs[0])
             partitioner = operator.input_partitioner
@@ -142,6 +148,10 @@ class FrameBuilder:
         self.parallelism[node_id] = self._decided.get(node_id, parallelism)
         return frame
 
+    def _names(self, node: nodes.Node) -> tuple[str, str]:
+        """The operator names of a two-input operator's inputs, for errors."""
+        return (self.plan.nodes[node.inputs[0]].name, self.plan.nodes[node.inputs[1]].name)
+
     def _union(self, node: nodes.UnionNode, parallelism: int) -> DataFrame:
         """The inputs' rows by column name, in ``parallelism`` partitions: an input at another
         parallelism is rebalanced to it, then the inputs' partitions are merged (not shuffled)."""
@@ -176,8 +186,7 @@ class FrameBuilder:
             raise AssertionError(f"the plan partitions {node.kind} {node.name!r} by key, but it has no keys")
         if isinstance(node, nodes.ConnectedNode):
             second = self.frame(node.inputs[1]).drop(KEY_GROUP_COLUMN)
-            names = (self.plan.nodes[node.inputs[0]].name, self.plan.nodes[node.inputs[1]].name)
-            upstream = connected_inputs(node, upstream.drop(KEY_GROUP_COLUMN), second, names)
+            upstream = connected_inputs(node, upstream.drop(KEY_GROUP_COLUMN), second, self._names(node))
         require_key_columns(node, upstream)
         self._keyed_inputs[node.id] = upstream
         if node.on_null is not None:

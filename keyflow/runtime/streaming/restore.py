@@ -18,7 +18,7 @@ from keyflow.config import IGNORE_UNCLAIMED_STATE, MAX_PARALLELISM
 from keyflow.connectors.base import StreamingSink, is_unbounded
 from keyflow.errors import CheckpointError, PlanError, RestoreError
 from keyflow.plan.compile import CompiledPlan
-from keyflow.plan.nodes import SourceNode
+from keyflow.plan.nodes import SourceNode, stream_sources
 from keyflow.plan.restore import check_restorable
 from keyflow.plan.uids import ambiguous_keyed
 from keyflow.runtime.streaming.commit import publish
@@ -40,13 +40,15 @@ class Restored:
 
 def streaming_sources(plan: CompiledPlan) -> tuple[SourceNode, ...]:
     """The unbounded sources a streaming run reads, in the order of their uids: one Spark query
-    reads them all, and its checkpoint keeps each source's offsets by position."""
-    sources = plan.sources
+    reads them all, and its checkpoint keeps each source's offsets by position. A bounded
+    source may only be a lookup join's table (read whole at every micro-batch)."""
+    sources = [node for node in stream_sources(plan.nodes, plan.roots) if isinstance(node, SourceNode)]
     bounded = [node.name for node in sources if not is_unbounded(node.source)]
     if not sources or bounded:
         raise PlanError(
             "a streaming run (run(checkpoint=...)) reads unbounded sources only, e.g. "
-            "datagen(rows_per_second=...), files(..., watch=True) or log(...); "
+            "datagen(rows_per_second=...), files(..., watch=True) or log(...), and bounded ones only as the table of "
+            "a lookup_join(...); "
             + (f"bounded: {bounded} of {[node.name for node in sources]}" if bounded else "this pipeline has none")
         )
     if len(sources) > 1:
