@@ -301,8 +301,9 @@ STATE_TTL: Option[float] = Option(
     "table.exec.state.ttl",
     parse_duration,
     0.0,
-    "Idle state retention of regular joins: a key whose join state has not been written for this long "
-    "(processing time) loses it. 0: kept forever (Flink's default). Not yet applied to other operators.",
+    "Idle state retention of regular joins, per key: a key none of whose rows has arrived for this long "
+    "(processing time) loses the rows of both inputs. 0: kept forever (Flink's default). Not yet applied to "
+    "other operators.",
 )
 
 # Every option by key, in the order the unknown-key error lists them.

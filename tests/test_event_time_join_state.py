@@ -123,3 +123,13 @@ def test_a_regular_join_forgets_a_key_idle_for_the_state_ttl() -> None:
     assert len(task.store.live_slots()) == 1  # c, written at 11 s
     assert task.advance(0, now=21 * S) == []
     assert not len(task.store.live_slots())
+
+
+def test_an_outer_join_under_the_state_ttl_never_retracts_a_row_of_a_forgotten_key() -> None:
+    """A padded row of a key that went idle stays (as in Flink): its match, arriving later,
+    is padded itself, and no -D is emitted for a row the state no longer knows."""
+    full = JoinSides((True, True), (LEFT, RIGHT), (("order",), ("visit",)), changelog=True)
+    output = pa.schema([*OUTPUT, pa.field("op", pa.string())])
+    task = Subtask(IdleJoinRows(full, output, ttl=10 * S), JoinRows.state_of(full))
+    assert task.arrive(0, ["a"], [1], [0], now=0) == [("a", 1, None)]  # +I, padded
+    assert task.arrive(1, ["a"], [7], [0], now=10 * S) == [("a", None, 7)]  # not -D (a, 1, None), +I (a, 1, 7)

@@ -1,6 +1,6 @@
 """Lookup joins (``Stream.lookup_join``): a stream's rows enriched with a bounded table's, in a
-batch run and in a streaming run that reads the table again at every micro-batch (so rows
-see the table's current files); no state. The reference is pandas' merge."""
+batch run and in a streaming run that reads the table again as it runs (a file added to the
+table between two runs is joined by the second); no state. The reference is pandas' merge."""
 
 from __future__ import annotations
 
@@ -88,6 +88,9 @@ def test_lookup_join_mistakes_are_plan_errors(tmp_path: Path) -> None:
     known = p.source(datagen(rows=3, fields={"uid": sequence(), "order_id": sequence()}), name="numbers")
     with pytest.raises(PlanError, match=r"both streams have column\(s\) \['order_id'\] besides the keys"):
         stream.lookup_join(known, on=[("user", "uid")])
+    counted = table.key_by("uid").aggregate(n="count(*)")
+    with pytest.raises(PlanError, match=r"the table \('aggregate'\) goes through aggregate 'aggregate'; a lookup"):
+        stream.lookup_join(counted, on=[("user", "uid")])
     numbers = p.source(datagen(rows=3, fields={"uid": sequence(), "label": sequence()}), name="numbers")
     stream.lookup_join(numbers, on=[("user", "uid")]).sink(parquet(tmp_path / "out"))
     with pytest.raises(PlanError, match=r"key 'user' of 'orders' is string but key 'uid' of 'numbers' is numeric"):
@@ -101,3 +104,8 @@ def test_lookup_join_mistakes_are_plan_errors(tmp_path: Path) -> None:
         PlanError, match=r"bounded ones only as the table of a lookup_join\(...\); bounded: \['users'\]"
     ):
         p.run(checkpoint=str(tmp_path / "ckpt"))
+    p = Pipeline()
+    stream = p.source(files(str(tmp_path / "users"), watch=True))  # named 'source: files (parquet)' too
+    stream.lookup_join(p.source(files(str(tmp_path / "users"))), on="uid").sink(parquet(tmp_path / "same"))
+    with pytest.raises(PlanError, match=r"have the same name and no uid.*\(a second stream, or a lookup table\)"):
+        p.run(checkpoint=str(tmp_path / "ckpt2"))

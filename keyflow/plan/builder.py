@@ -548,12 +548,21 @@ class PlanBuilder:
                 "a stream: no row of it is emitted unmatched)"
             )
         table = self._nodes[inputs[1]]
-        unbounded = [node.name for node in nodes.upstream(self._nodes, [inputs[1]])
-                     if isinstance(node, nodes.SourceNode) and is_unbounded(node.source)]  # fmt: skip
+        behind = nodes.upstream(self._nodes, [inputs[1]])
+        unbounded = [node.name for node in behind if isinstance(node, nodes.SourceNode) and is_unbounded(node.source)]
         if unbounded:
             raise PlanError(
                 f"{label}: the table ({table.name!r}) reads unbounded source(s) {unbounded}; a lookup join's table "
                 "is read whole at every micro-batch, so it must be bounded. Join two streams with join(...)"
+            )
+        keyed = [
+            f"{node.kind} {node.name!r}" for node in behind if isinstance(node, (nodes.KeyedNode, nodes.LookupJoinNode))
+        ]
+        if keyed:
+            raise PlanError(
+                f"{label}: the table ({table.name!r}) goes through {', '.join(keyed)}; a lookup join's table is read "
+                "again at every micro-batch, so only sources and stateless operators (select, filter, with_columns, "
+                "union, map_batches) may make it. Aggregate the table in a batch run first and look up its output"
             )
         for input_id in inputs:
             if self.is_changelog(input_id):

@@ -7,6 +7,7 @@ operator) or chained; the nodes give the functions, sources and sinks.
 
 from __future__ import annotations
 
+import math
 import time as clock
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -211,7 +212,7 @@ class FrameBuilder:
             rejected=self._rejected,
             persist=self._persist,
             late_accumulator=self._late_accumulator,
-            state_ttl=round(self.plan.config.get(STATE_TTL) * 1_000_000),
+            state_ttl=math.ceil(self.plan.config.get(STATE_TTL) * 1_000_000),
         )
         if node.reinterpreted:
             context.ranges = self._ranges.get(nodes.keyed_origin(self.plan.nodes, node.inputs[0]).id)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +58,8 @@ class JoinSides:
 class JoinRows(KeyedFunction):
     """Rows of both inputs of a call joined against the state, then stored (see the module)."""
 
+    stamped: ClassVar[bool] = True  # keeps when each key was last written (``state_of``)
+
     def __init__(self, sides: JoinSides, schema: pa.Schema) -> None:
         self.sides, self.schema = sides, schema
 
@@ -71,6 +73,8 @@ class JoinRows(KeyedFunction):
     def process(self, batch: KeyedBatch, state: KeyedState) -> Any:
         tags = batch.data.column(INPUT).to_numpy()
         out: list[pa.Table] = []
+        if self.stamped:  # a regular join: stamped for table.exec.state.ttl, on or off
+            state[WRITTEN].update(pa.array(np.full(batch.num_keys, state.now, dtype=np.int64)))
         for side in (0, 1):
             rows = np.flatnonzero(tags == side)
             if len(rows):
@@ -162,13 +166,16 @@ class IdleJoinRows(JoinRows):
             stale = state.of_keys(idle)
             for name in self.state_of(self.sides):
                 stale[name].clear()
-        out = super().process(batch, state)
-        state[WRITTEN].update(pa.array(np.full(batch.num_keys, state.now, dtype=np.int64)))
-        return out
+        return super().process(batch, state)
 
     def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
-        idle = store.columns[WRITTEN].at_most(time.processing_time - self.ttl, len(store))
-        clear(store, idle)
+        written = store.columns[WRITTEN]
+        unstamped = store.live_slots()
+        unstamped = unstamped[~written.valid(len(store))[unstamped]]  # restored from before the stamps
+        if len(unstamped):
+            written.set(unstamped, pa.array(np.full(len(unstamped), time.processing_time, dtype=np.int64)))
+            store.touch(unstamped)
+        clear(store, written.at_most(time.processing_time - self.ttl, len(store)))
         return iter(())
 
 
@@ -212,6 +219,8 @@ class IntervalJoinRows(JoinRows):
     input, the earliest time one of its rows leaves the state, so :meth:`advance` finds the
     keys with rows to drop by one comparison over that column. A row of a preserved input
     that leaves without a match is emitted then, padded with nulls."""
+
+    stamped = False  # its rows leave by event time
 
     timed = True
 
@@ -293,6 +302,8 @@ class WindowJoinRows(JoinRows):
     state's key), so pairs are rows of one window; each (key, window) records when its window
     ends, so :meth:`advance` finds the windows the watermark passed by one comparison and
     drops their rows, emitting a preserved input's unmatched rows padded."""
+
+    stamped = False  # its rows leave by event time
 
     timed = True
 

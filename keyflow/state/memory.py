@@ -281,6 +281,7 @@ class KeyedStateStore:
         key_names = [name for name in table.column_names if name != KEY_GROUP_COLUMN and name not in self.columns]
         key_groups = table.column(KEY_GROUP_COLUMN).to_numpy().astype(np.int32)
         slots = self.slots(table.select(key_names), key_groups)
-        for name, column in self.columns.items():
-            column.set(slots, table.column(name))
+        for name, column in self.columns.items():  # a column added since the file was written reads as null
+            values = table.column(name) if name in table.column_names else pa.nulls(len(slots), column.type)
+            column.set(slots, values)
         self._touched[slots] = False

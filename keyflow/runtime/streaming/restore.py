@@ -51,15 +51,16 @@ def streaming_sources(plan: CompiledPlan) -> tuple[SourceNode, ...]:
             "a lookup_join(...); "
             + (f"bounded: {bounded} of {[node.name for node in sources]}" if bounded else "this pipeline has none")
         )
+    names = [node.name for node in plan.sources if node.explicit_uid is None]  # lookup tables' too
+    unnamed = [node.name for node in sources if node.explicit_uid is None and names.count(node.name) > 1]
+    if unnamed:
+        raise PlanError(
+            f"sources {sorted(set(unnamed))} have the same name and no uid, so their derived uids follow the order "
+            "they are created in (swapping them would swap their offsets and watermarks); give each source of a "
+            "streaming run that has another of its name (a second stream, or a lookup table) a uid: "
+            "p.source(..., uid='orders')"
+        )
     if len(sources) > 1:
-        names = [node.name for node in sources if node.explicit_uid is None]
-        unnamed = [name for name in names if names.count(name) > 1]
-        if unnamed:
-            raise PlanError(
-                f"sources {sorted(set(unnamed))} have the same name and no uid, so their derived uids follow the order "
-                "they are created in (swapping them would swap their offsets and watermarks); give each source "
-                "of a streaming run of several sources a uid: p.source(..., uid='orders')"
-            )
         pre_keyed = [node.name for node in sources if plan.pre_keyed_by(node.id)]
         if pre_keyed:
             raise PlanError(
