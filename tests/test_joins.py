@@ -161,6 +161,9 @@ def test_join_mistakes_are_plan_errors(tmp_path: Path) -> None:
         p.plan()
     with pytest.raises(PlanError, match=r"names \['user'\] twice; name each column once"):
         a.join(b, on=["user", "user"])
+    upserts = p.source(log(str(tmp_path / "o"), changelog_mode="upsert", primary_key="order_id"), name="upserts")
+    with pytest.raises(PlanError, match=r"'normalize upserts' is a changelog .*joins of changelogs are not"):
+        upserts.join(b, on=[("user", "uid")], how="left")
     joined = a.join(b, on=[("user", "uid")])
     with pytest.raises(PlanError, match=r"window\(\.\.\.\) over the output of join 'inner join' is not supported"):
         joined.key_by("user").window(tumbling("1 min"))

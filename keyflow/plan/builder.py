@@ -564,17 +564,7 @@ class PlanBuilder:
                 "again at every micro-batch, so only sources and stateless operators (select, filter, with_columns, "
                 "union, map_batches) may make it. Aggregate the table in a batch run first and look up its output"
             )
-        for input_id in inputs:
-            if self.is_changelog(input_id):
-                raise PlanError(
-                    f"{label}: {self._nodes[input_id].name!r} is a changelog (rows with updates and deletes); not "
-                    "supported yet: join streams and tables of inserts"
-                )
-        keys, other_keys = tuple(left for left, _ in on), tuple(right for _, right in on)
-        left, right = (output_columns(self._nodes, input_id, {}) for input_id in inputs)
-        clashes = join_clashes(other_keys, list(left), list(right)) if left is not None and right is not None else []
-        if clashes:
-            raise PlanError(join_clash_message(label, clashes))
+        keys, other_keys = self._join_keys(inputs, on, label)
         return self._add(nodes.LookupJoinNode, inputs, label, None, keys=keys, other_keys=other_keys, how=how)
 
     def _join(
@@ -591,18 +581,26 @@ class PlanBuilder:
             raise PlanError(f"join how={how!r} is not a join type; choose one of {', '.join(nodes.JOIN_TYPES)}")
         if not on:
             raise PlanError("join needs on=: a column both streams have ('user'), or pairs [('user', 'uid')]")
+        keys, other_keys = self._join_keys(inputs, on, label)
+        return self._sized(kind, inputs, label, parallelism, keys=keys, other_keys=other_keys, how=how, **fields)
+
+    def _join_keys(
+        self, inputs: tuple[int, int], on: Sequence[tuple[str, str]], label: str
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The left and right key columns of a join of ``inputs``: both inputs of inserts, and
+        no column besides the keys in both (where their columns are known)."""
         for input_id in inputs:
             if self.is_changelog(input_id):
                 raise PlanError(
-                    f"join of {self._nodes[input_id].name!r}, a changelog (rows with updates and deletes), is not "
-                    "supported yet; join streams of inserts"
+                    f"{label}: {self._nodes[input_id].name!r} is a changelog (rows with updates and deletes); joins "
+                    "of changelogs are not supported yet: join streams of inserts"
                 )
         keys, other_keys = tuple(left for left, _ in on), tuple(right for _, right in on)
         left, right = (output_columns(self._nodes, input_id, {}) for input_id in inputs)
         clashes = join_clashes(other_keys, list(left), list(right)) if left is not None and right is not None else []
         if clashes:
             raise PlanError(join_clash_message(label, clashes))
-        return self._sized(kind, inputs, label, parallelism, keys=keys, other_keys=other_keys, how=how, **fields)
+        return keys, other_keys
 
     def sink(
         self,
