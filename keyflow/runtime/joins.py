@@ -234,7 +234,7 @@ class IntervalJoinRows(JoinRows):
         if not len(mine):
             return mine, theirs
         interval = self.interval
-        arriving, other = interval.times(rows)[mine], interval.times(stored.take(pa.array(theirs)))
+        arriving, other = interval.times(rows)[mine], interval.times(stored)[theirs]  # int64s, not whole rows
         distance = other - arriving if side == 0 else arriving - other  # right time - left time
         valid = arriving > NO_WATERMARK // 2
         within = valid & (other > NO_WATERMARK // 2) & (distance >= interval.lower) & (distance <= interval.upper)
