@@ -1,6 +1,7 @@
 # The two commands: `make demo` runs the main job, `make test` runs every check
 # (`make check` is the fast lane: no JVM but one smoke pipeline; see docs/testing.md).
-# Both set up .venv (Python 3.11+, pinned dependencies, Java 17+ check) on first use.
+# Both set up .venv (Python 3.11+, pinned dependencies, Java 17+ check) on first use; `make test`
+# also fetches the pinned JVM artifacts (a Kafka broker for the tests, jvm/*/pom.xml) into .jvm/.
 
 VENV := .venv
 STAMP := $(VENV)/.installed
@@ -11,6 +12,7 @@ demo: $(STAMP)
 	$(VENV)/bin/keyflow run examples/clickstream.py
 
 test: $(STAMP)
+	scripts/fetch-jvm.sh
 	scripts/test.sh
 
 check: $(STAMP)

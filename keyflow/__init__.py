@@ -36,6 +36,10 @@ _EXPORTS = {
     "csv": "keyflow.connectors.files",
     "log": "keyflow.connectors.streams",
     "Log": "keyflow.connectors.log",
+    "kafka": "keyflow.connectors.kafka.source",
+    "upsert_kafka": "keyflow.connectors.kafka.source",
+    "kafka_sink": "keyflow.connectors.kafka.sink",
+    "upsert_kafka_sink": "keyflow.connectors.kafka.sink",
     "console": "keyflow.connectors.console",
     "blackhole": "keyflow.connectors.console",
     "WatermarkStrategy": "keyflow.plan.event_time",
@@ -53,6 +57,7 @@ _EXPORTS = {
     "RestoreError": "keyflow.errors",
     "DataError": "keyflow.errors",
     "EngineError": "keyflow.errors",
+    "ExternalSystemError": "keyflow.errors",
 }
 
 __all__ = sorted(_EXPORTS)

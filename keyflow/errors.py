@@ -1,7 +1,8 @@
 """Errors users see, in one hierarchy, and the one line that carries them out of Spark's workers.
 
 Each error names the thing, the value and the fix. Five families under ``KeyflowError``:
-the plan, the configuration, the checkpoint, and, while running, the data or the engine.
+the plan, the configuration, the checkpoint, and, while running, the data, the engine or an
+external system.
 """
 
 from __future__ import annotations
@@ -112,6 +113,11 @@ class NullKeysError(DataError):
 
 class EngineError(PipelineError):
     """Spark or the cluster failed: no executor cores, a Spark failure, a checkpoint workers cannot see."""
+
+
+class ExternalSystemError(PipelineError):
+    """A system a connector talks to failed or refused: a Kafka broker unreachable within its
+    timeout, a topic that does not exist, a transaction the broker fenced."""
 
 
 class WorkerError(RuntimeError):

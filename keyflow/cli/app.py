@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from keyflow.cli.checkpoints import checkpoints
+from keyflow.cli.kafka import kafka_app
 from keyflow.cli.keygroups import keygroups
 from keyflow.cli.log import log_app
 from keyflow.cli.pipelines import plan, run
@@ -25,6 +26,7 @@ app.command(name="sql")(sql)
 app.command(name="checkpoints")(checkpoints)
 app.command(name="timeline")(timeline)
 app.add_typer(log_app, name="log")
+app.add_typer(kafka_app, name="kafka")
 
 
 def main() -> None:

@@ -78,6 +78,26 @@ class StreamingSink(Sink, Protocol):
 
 
 @runtime_checkable
+class AppendOnlySink(Protocol):
+    """A sink that may take inserts only (``append_only`` True): a changelog input is a plan
+    error. Its ``primary_key``, where it has one, is the key its upserts are written by."""
+
+    @property
+    def append_only(self) -> bool: ...
+
+    @property
+    def primary_key(self) -> tuple[str, ...]: ...
+
+
+@runtime_checkable
+class StagesInCheckpoint(Protocol):
+    """A streaming sink that stages micro-batches in the checkpoint (it has no directory of its
+    own, e.g. Kafka): the runtime gives it one before a run."""
+
+    def stage_in(self, directory: str) -> None: ...
+
+
+@runtime_checkable
 class KnowsColumns(Protocol):
     """A source whose columns are known when the pipeline is built (checked before Spark)."""
 

@@ -22,9 +22,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from keyflow.changelog import MODES, OFFSET, OP
 from keyflow.connectors.base import SPLIT_COLUMN
 from keyflow.connectors.log import Log, check_key_columns
-from keyflow.errors import KeyflowError, PlanError, positive_option
-from keyflow.keygroups import KEY_GROUP_COLUMN, split_key_groups, subtask_for_key_group
-from keyflow.paths import absolute, filesystem, write_atomically
+from keyflow.connectors.splits import map_new_splits, pre_keyed_ranges, spread_ranges
+from keyflow.errors import PlanError, positive_option
+from keyflow.keygroups import KEY_GROUP_COLUMN
+from keyflow.paths import absolute
 from keyflow.schemas import Type, schema_columns
 
 
@@ -129,7 +130,7 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         ends = self.log.end_offsets()
         if self.layout is not None:
-            ends = ends[: len(self._map_new_splits())]
+            ends = ends[: len(map_new_splits(self.layout, self.log.splits, f"log {self.log.path}"))]
         return {str(split): end for split, end in enumerate(ends)}
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
@@ -151,49 +152,13 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = {split: start.get(split, 0) + taken.get(split, 0) for split in ends}
         return ends
 
-    def _map_new_splits(self) -> list[int]:
-        """The key group of every split, splits added since the last micro-batch included: the
-        job persists the layout's mapping with the next commit (the same mapping it derives
-        itself on a restart: added splits are mapped in order, each by the same rule)."""
-        layout = read_layout(str(self.layout))
-        key_groups: list[int] = layout["key_groups"]
-        if self.log.splits > len(key_groups):
-            try:
-                key_groups = split_key_groups(key_groups, self.log.splits, layout["max_parallelism"])
-            except KeyflowError as error:
-                raise ValueError(f"pre-keyed log {self.log.path}: {error}") from None
-            write_layout(str(self.layout), key_groups, layout["max_parallelism"], layout["parallelism"])
-        return key_groups
-
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        ranges = [(int(split), start.get(split, 0), last) for split, last in end.items() if last > start.get(split, 0)]
         if self.layout is not None:
-            return self._pre_keyed_partitions(start, end)
-        assigned: list[list[tuple[int, int, int, int]]] = [[] for _ in range(self.partitions_count)]
-        for split, last in end.items():
-            first = start.get(split, 0)
-            if last > first:
-                assigned[int(split) % self.partitions_count].append((int(split), first, last, -1))
-        return [InputPartition(json.dumps(ranges)) for ranges in assigned]
-
-    def _pre_keyed_partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        layout = read_layout(str(self.layout))
-        key_groups, parallelism = layout["key_groups"], layout["parallelism"]
-        max_parallelism = layout["max_parallelism"]
-        assigned: list[list[tuple[int, int, int, int]]] = [[] for _ in range(parallelism)]
-        for split, last in end.items():
-            first = start.get(split, 0)
-            if last <= first:
-                continue
-            if int(split) >= len(key_groups):
-                raise ValueError(
-                    f"log {self.log.path}: split {split} has no key group in {self.layout}; it was added after "
-                    "the micro-batch was planned. Restart the pipeline; it maps new splits on start"
-                )
-            key_group = key_groups[int(split)]
-            assigned[subtask_for_key_group(max_parallelism, parallelism, key_group)].append(
-                (int(split), first, last, key_group)
-            )
-        return [InputPartition(json.dumps(ranges)) for ranges in assigned]
+            assigned = pre_keyed_ranges(self.layout, ranges, f"log {self.log.path}")
+        else:
+            assigned = spread_ranges(ranges, self.partitions_count)
+        return [InputPartition(json.dumps(split_ranges)) for split_ranges in assigned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         for split, first, last, key_group in json.loads(partition.value):
@@ -225,20 +190,6 @@ class LogDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> LogReader:
         return LogReader(self.options)
-
-
-def write_layout(path: str, key_groups: list[int], max_parallelism: int, parallelism: int) -> None:
-    """Tell a pre-keyed log reader how to lay out the next micro-batch it plans."""
-    layout = {"key_groups": key_groups, "max_parallelism": max_parallelism, "parallelism": parallelism}
-    files, target = filesystem(path)
-    write_atomically(files, target, json.dumps(layout).encode())
-
-
-def read_layout(path: str) -> dict[str, Any]:
-    files, target = filesystem(path)
-    with files.open_input_stream(target) as stream:
-        layout: dict[str, Any] = json.loads(stream.read())
-    return layout
 
 
 def register(spark: SparkSession) -> None:

@@ -18,6 +18,7 @@ import pyarrow as pa
 from keyflow.changelog import DELETED, OP
 from keyflow.config import Config
 from keyflow.connectors.base import (
+    AppendOnlySink,
     ChangelogSource,
     DeclaresTypes,
     KnowsColumns,
@@ -616,6 +617,9 @@ class PlanBuilder:
         if not isinstance(sink, Sink):
             raise PlanError(f"{sink!r} is not a sink; use parquet(...), json(...), csv(...) or console()")
         label = name or f"sink: {nodes.sink_target(sink)}"
+        keys = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+        if isinstance(sink, AppendOnlySink):
+            keys = self._sink_keys(input_id, sink, label, keys)
         node_id = self._sized(
             nodes.SinkNode,
             (input_id,),
@@ -623,12 +627,28 @@ class PlanBuilder:
             parallelism,
             explicit_uid=None if uid is None else check_uid(uid),
             sink=sink,
-            primary_key=(primary_key,) if isinstance(primary_key, str) else tuple(primary_key),
+            primary_key=keys,
             changelog=self.is_changelog(input_id),
         )
         if run:
             self._sinks.append(node_id)
         return node_id
+
+    def _sink_keys(self, input_id: int, sink: AppendOnlySink, label: str, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """An upsert sink writes by its own key (given again, it must be the same); an
+        append-only sink refuses a changelog, as Flink's planner does."""
+        if sink.append_only and self.is_changelog(input_id):
+            raise PlanError(
+                f"{label} takes inserts only, but {self._nodes[input_id].name!r} is a changelog (rows with updates and "
+                "deletes); write it with an upsert sink keyed by its key (upsert_kafka_sink(..., primary_key=...); "
+                "SQL: 'connector' = 'upsert-kafka' with a PRIMARY KEY)"
+            )
+        if sink.primary_key and keys and set(keys) != set(sink.primary_key):
+            raise PlanError(
+                f"{label} writes by key {list(sink.primary_key)}, but primary_key={list(keys)} was given; give the "
+                "same columns or leave primary_key out"
+            )
+        return keys or tuple(sink.primary_key)
 
     def is_changelog(self, node_id: int) -> bool:
         """Whether the rows of ``node_id`` carry row kinds in ``op`` (see ``keyflow.changelog``)."""

@@ -407,8 +407,10 @@ class SinkNode(Node):
 
 
 def sink_target(sink: Any) -> str:
-    """Where a sink writes: its path, or its connector's name."""
+    """Where a sink writes: its path, its connector and topic, or its connector's name."""
     described = sink.describe()
+    if "topic" in described:
+        return f"{described.get('connector', 'sink')} {described['topic']}"
     return str(described.get("path", described.get("connector", "sink")))
 
 

@@ -30,6 +30,7 @@ from keyflow.state.state_files import StateFileStore
 
 LOCK_FILE = ".keyflow.lock"
 SOURCE_DIR = "source"  # Spark's offsets and commits for the streaming source
+STAGING_DIR = "staged"  # output of sinks without a directory of their own (Kafka), until published
 ROLLBACK_FILE = "rollback.json"  # present while a rollback is being applied
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from keyflow.config import PRE_KEYED_VERIFY
-from keyflow.connectors.streams import read_layout, write_layout
+from keyflow.connectors.splits import read_layout, write_layout
 from keyflow.errors import CheckpointError, DataError, KeyflowError, PlanError
 from keyflow.keygroups import split_key_groups
 from keyflow.plan.compile import CompiledPlan, pre_keyed_problem

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pyarrow import fs
 
 from keyflow.config import IGNORE_UNCLAIMED_STATE, MAX_PARALLELISM
-from keyflow.connectors.base import StreamingSink, is_unbounded
+from keyflow.connectors.base import StagesInCheckpoint, StreamingSink, is_unbounded
 from keyflow.errors import CheckpointError, PlanError, RestoreError
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.nodes import SourceNode, stream_sources
 from keyflow.plan.restore import check_restorable
 from keyflow.plan.uids import ambiguous_keyed
 from keyflow.runtime.streaming.commit import publish
-from keyflow.state.checkpoint import LOCK_FILE, SOURCE_DIR, Checkpoint
+from keyflow.state.checkpoint import LOCK_FILE, SOURCE_DIR, STAGING_DIR, Checkpoint
 from keyflow.state.integrity import check_before_restore
 from keyflow.state.manifests import Manifest
 from keyflow.state.plan_file import PlanFile, read_plan_file, write_plan_file
@@ -78,6 +78,9 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
                 f"{label} ({sink!r}) cannot take part in a streaming run: it has no stage/publish for exactly-once "
                 "output; use parquet(...), json(...), csv(...), console() or blackhole()"
             )
+    for uid, (_, sink) in plan.outputs().items():
+        if isinstance(sink, StagesInCheckpoint):
+            sink.stage_in(f"{checkpoint.uri.rstrip('/')}/{STAGING_DIR}/{uid.replace('/', '_')}")
     for group in ambiguous_keyed(list(plan.nodes.values())):
         raise PlanError(
             f"keyed operators {[node.name for node in group]} have the same name and keys, so their derived uids "

@@ -1,0 +1,93 @@
+"""What keyflow asks the brokers, through confluent-kafka (librdkafka): partitions, offsets, and
+the errors a user can act on — an unreachable broker within a bounded time, a missing topic."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from keyflow.connectors.kafka.options import Client
+from keyflow.errors import ExternalSystemError
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import ClusterMetadata
+
+Split = tuple[str, int]
+"""A topic partition: keyflow's split."""
+
+
+def split_name(split: Split) -> str:
+    return f"{split[0]}:{split[1]}"
+
+
+def parse_split(name: str) -> Split:
+    topic, _, partition = name.rpartition(":")
+    return topic, int(partition)
+
+
+def unreachable(client: Client, error: object) -> ExternalSystemError:
+    return ExternalSystemError(
+        f"Kafka at {client.bootstrap_servers} did not answer within {client.timeout_s:g} s ({error}); check "
+        "'properties.bootstrap.servers' and that the brokers run and are reachable from the driver and the workers"
+    )
+
+
+class Brokers:
+    """A driver-side admin connection; every call is bounded by the client's timeout."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.admin = AdminClient(client.config())
+
+    def metadata(self, topic: str | None = None) -> ClusterMetadata:
+        try:
+            return self.admin.list_topics(topic, timeout=self.client.timeout_s)
+        except KafkaException as error:
+            raise unreachable(self.client, error.args[0]) from None
+
+    def splits(self, topics: tuple[str, ...], pattern: str | None, where: str) -> list[Split]:
+        """Every partition of ``topics`` (each must exist) or of the topics ``pattern`` matches
+        now, in (topic, partition) order: the order splits are numbered in."""
+        found = self.metadata().topics
+        if pattern is not None:
+            regex = re.compile(pattern)
+            names = sorted(name for name in found if regex.fullmatch(name) and not name.startswith("__"))
+        else:
+            missing = [name for name in topics if name not in found or found[name].error is not None]
+            if missing:
+                raise ExternalSystemError(
+                    f"{where}: topic(s) {missing} do not exist on {self.client.bootstrap_servers}; create them "
+                    "(kafka-topics --create) or check 'topic'"
+                )
+            names = list(topics)
+        return [(name, partition) for name in names for partition in sorted(found[name].partitions)]
+
+    def offsets(self, splits: list[Split], spec: OffsetSpec, committed_only: bool = True) -> dict[Split, int]:
+        """The offset ``spec`` names in each split; the latest is the last stable offset when
+        ``committed_only`` (read_committed: an open transaction's records are not counted yet)."""
+        if not splits:
+            return {}
+        level = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
+        request = {TopicPartition(topic, partition): spec for topic, partition in splits}
+        try:
+            futures = self.admin.list_offsets(request, isolation_level=level, request_timeout=self.client.timeout_s)
+            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+        except KafkaException as error:
+            raise unreachable(self.client, error.args[0]) from None
+
+    def committed(self, group: str, splits: list[Split]) -> dict[Split, int]:
+        """The offsets ``group`` committed (splits it has none for are left out)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        if not splits:
+            return {}
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in splits])]
+        try:
+            futures = self.admin.list_consumer_group_offsets(request, request_timeout=self.client.timeout_s)
+            listed = next(iter(futures.values())).result()
+        except KafkaException as error:
+            raise unreachable(self.client, error.args[0]) from None
+        return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions if tp.offset >= 0}
