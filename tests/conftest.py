@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from keyflow.runtime.kafka_broker import LocalBroker
 from keyflow.runtime.session import spark_session
 
 # Every JVM the tests start (in process, job subprocesses, standalone clusters) is short-lived
@@ -42,6 +43,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def spark() -> SparkSession:
     """The test process's one local Spark with two cores, stopped when pytest ends."""
     return spark_session(SESSION_CONF, app_name="keyflow-tests")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[LocalBroker]:
+    """A real Kafka broker (KRaft, one node) on loopback for this test process, always stopped."""
+    with LocalBroker(heap="384m") as broker:
+        yield broker
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -20,9 +20,15 @@ class ConnectorSpec:
     options: tuple[str, ...]
     field_options: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()  # families passed on as they are (Kafka's ``properties.*``)
 
 
 _SCAN, _SINK = ("scan.parallelism",), ("sink.parallelism",)
+_KAFKA = ("connector", "topic", "properties.bootstrap.servers", "value.format", "key.format", "value.fields-include",
+          "sink.delivery-guarantee", "sink.transactional-id-prefix", "scan.rows-per-batch", *_SCAN, *_SINK)  # fmt: skip
+_PARSE_ERRORS = tuple(
+    f"{side}{format}.ignore-parse-errors" for side in ("", "value.", "key.") for format in ("json", "csv")
+)
 CONNECTORS = {
     spec.name: spec
     for spec in (
@@ -54,6 +60,31 @@ CONNECTORS = {
             options=("connector", "path", "scan.rows-per-batch", *_SCAN),
             required=("path",),
         ),
+        ConnectorSpec(
+            "kafka",
+            source=True,
+            sink=True,
+            options=(
+                *_KAFKA,
+                "topic-pattern",
+                "format",
+                "key.fields",
+                "scan.startup.mode",
+                "scan.startup.specific-offsets",
+                "scan.startup.timestamp-millis",
+                *_PARSE_ERRORS,
+            ),
+            required=("properties.bootstrap.servers",),
+            prefixes=("properties.",),
+        ),
+        ConnectorSpec(
+            "upsert-kafka",
+            source=True,
+            sink=True,
+            options=(*_KAFKA, *_PARSE_ERRORS),
+            required=("topic", "properties.bootstrap.servers", "key.format", "value.format"),
+            prefixes=("properties.",),
+        ),
         ConnectorSpec("print", source=False, sink=True, options=("connector", "print-identifier", *_SINK)),
         ConnectorSpec("blackhole", source=False, sink=True, options=("connector", *_SINK)),
     )
@@ -65,6 +96,9 @@ RENAMED = {
     "source.monitor-interval": "keyflow watches a directory with 'source.watch' = 'true' (new files are read at the "
     "next micro-batch)",
     "fields.*.null-rate": "datagen in keyflow generates no nulls",
+    "scan.topic-partition-discovery.interval": "keyflow looks for new Kafka partitions before every micro-batch",
+    "sink.partitioner": "keyflow's Kafka sink partitions as Kafka's default partitioner does (murmur2 of the key; "
+    "records without a key are spread)",
 }
 
 
@@ -81,7 +115,7 @@ def check_options(table: CreateTable) -> ConnectorSpec:
     """Every option of ``table`` is one its connector takes, the required ones are there."""
     spec = connector_of(table)
     for key in table.options:
-        if key in spec.options:
+        if key in spec.options or any(key.startswith(prefix) and len(key) > len(prefix) for prefix in spec.prefixes):
             continue
         parts = key.split(".")
         if spec.field_options and len(parts) == 3 and parts[0] == "fields":

@@ -6,6 +6,8 @@ from typing import Any
 
 from keyflow.changelog import OP
 from keyflow.connectors.base import Sink, Source
+from keyflow.connectors.kafka.options import Client, Formats, Startup, specific_offsets, split_list
+from keyflow.errors import PlanError
 from keyflow.sql.options import (
     check_options,
     choice_option,
@@ -43,6 +45,8 @@ def source_of(table: CreateTable) -> Source:
         if per_batch is not None:
             options["maxFilesPerTrigger"] = str(per_batch)
         return files(table.options["path"], format, schema_ddl(table), flag_option(table, "source.watch"), **options)
+    if spec.name in ("kafka", "upsert-kafka"):
+        return _kafka_source(table)
     return _log(table, "upsert" if spec.name == "upsert-log" else None)
 
 
@@ -56,6 +60,8 @@ def sink_of(table: CreateTable) -> Sink:
 
         format = choice_option(table, "format", ("parquet", "json", "csv"), "parquet")
         return FileSink(table.options["path"], format, {})
+    if spec.name in ("kafka", "upsert-kafka"):
+        return _kafka_sink(table)
     from keyflow.connectors.console import blackhole, print_rows
 
     return print_rows(table.options.get("print-identifier")) if spec.name == "print" else blackhole()
@@ -79,6 +85,82 @@ def _log(table: CreateTable, mode: str | None) -> Source:
             f"{table.column_names}; declare the log's columns in its order"
         )
     return source
+
+
+def _kafka_parts(table: CreateTable) -> tuple[Client, Formats]:
+    """The brokers, client properties and formats of a ``kafka`` or ``upsert-kafka`` table."""
+    upsert = table.options["connector"] == "upsert-kafka"
+    options = table.options
+    if upsert and not table.primary_key:
+        raise SqlError(
+            f"{table.where} (connector 'upsert-kafka') needs a primary key: records are keyed by it; declare "
+            "PRIMARY KEY (…) NOT ENFORCED"
+        )
+    if not upsert and table.primary_key:
+        raise SqlError(
+            f"{table.where}: the 'kafka' connector does not take a PRIMARY KEY (as in Flink: it cannot keep its "
+            "meaning); use 'connector' = 'upsert-kafka' to read or write a topic by key"
+        )
+    if "format" in options and "value.format" in options:
+        raise SqlError(f"{table.where}: give 'format' or 'value.format', not both ('format' is short for it)")
+    properties = {
+        key.removeprefix("properties."): value
+        for key, value in options.items()
+        if key.startswith("properties.") and key != "properties.bootstrap.servers"
+    }
+    parse_errors = [key for key in options if key.endswith("ignore-parse-errors")]
+    try:
+        formats = Formats(
+            options.get("value.format", options.get("format", "json")),
+            options.get("key.format"),
+            table.primary_key if upsert else split_list(options.get("key.fields")),
+            options.get("value.fields-include", "ALL"),
+            any(flag_option(table, key) for key in parse_errors),
+        )
+        formats.check_columns(tuple(table.column_names), table.where)
+        return Client(options["properties.bootstrap.servers"], properties), formats
+    except SqlError:
+        raise
+    except PlanError as error:
+        raise SqlError(f"{table.where}: {error}") from None
+
+
+def _kafka_source(table: CreateTable) -> Source:
+    from keyflow.connectors.kafka.source import KafkaSource
+
+    client, formats = _kafka_parts(table)
+    options = table.options
+    upsert = options["connector"] == "upsert-kafka"
+    try:
+        startup = Startup(
+            "earliest-offset" if upsert else options.get("scan.startup.mode", "group-offsets"),
+            int_option(table, "scan.startup.timestamp-millis"),
+            specific_offsets(options.get("scan.startup.specific-offsets", "")),
+        )
+        return KafkaSource(
+            split_list(options.get("topic")), options.get("topic-pattern"), schema_ddl(table), client, startup, formats,
+            int_option(table, "scan.rows-per-batch", 1), table.primary_key if upsert else (),
+        )  # fmt: skip
+    except SqlError:
+        raise
+    except PlanError as error:
+        raise SqlError(f"{table.where}: {error}") from None
+
+
+def _kafka_sink(table: CreateTable) -> Sink:
+    from keyflow.connectors.kafka.sink import KafkaSink
+
+    client, formats = _kafka_parts(table)
+    options = table.options
+    if "topic-pattern" in options or "topic" not in options:
+        raise SqlError(f"{table.where}: a Kafka sink writes one topic: give 'topic' (not 'topic-pattern')")
+    try:
+        return KafkaSink(
+            options["topic"], client, formats, options.get("sink.delivery-guarantee", "at-least-once"),
+            options.get("sink.transactional-id-prefix"), table.primary_key,
+        )  # fmt: skip
+    except PlanError as error:
+        raise SqlError(f"{table.where}: {error}") from None
 
 
 def _datagen(table: CreateTable) -> Source:

@@ -4,9 +4,11 @@ the errors a user can act on — an unreachable broker within a bounded time, a 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from keyflow.connectors.kafka.options import Client
@@ -33,6 +35,28 @@ def unreachable(client: Client, error: object) -> ExternalSystemError:
         f"Kafka at {client.bootstrap_servers} did not answer within {client.timeout_s:g} s ({error}); check "
         "'properties.bootstrap.servers' and that the brokers run and are reachable from the driver and the workers"
     )
+
+
+_RETRIABLE = {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "LEADER_NOT_AVAILABLE",
+              "NOT_LEADER_FOR_PARTITION", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT"}  # fmt: skip
+_T = TypeVar("_T")
+
+
+def retrying(client: Client, call: Callable[[], _T], backoff: float = 0.1) -> _T:
+    """``call()``, again with growing pauses while the brokers answer with a retriable error
+    (a coordinator still loading, a leader moving: a broker restarting), for at most the client's
+    timeout; then the last error."""
+    deadline = time.monotonic() + client.timeout_s
+    while True:
+        try:
+            return call()
+        except KafkaException as error:
+            code = error.args[0]
+            retriable = isinstance(code, KafkaError) and (code.retriable() or code.name() in _RETRIABLE)
+            if not retriable or time.monotonic() + backoff > deadline:
+                raise
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
 
 
 class Brokers:
@@ -85,9 +109,13 @@ class Brokers:
         if not splits:
             return {}
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in splits])]
-        try:
+
+        def offsets() -> Any:
             futures = self.admin.list_consumer_group_offsets(request, request_timeout=self.client.timeout_s)
-            listed = next(iter(futures.values())).result()
+            return next(iter(futures.values())).result()
+
+        try:
+            listed = retrying(self.client, offsets)
         except KafkaException as error:
             raise unreachable(self.client, error.args[0]) from None
         return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions if tp.offset >= 0}

@@ -56,7 +56,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.spec = ReadSpec(json.loads(options["spec"]))
-        self.schema = to_arrow_schema(schema)
+        read = to_arrow_schema(schema)
+        self.schema = pa.schema([read.field(name) for name in self.spec.columns])  # the decoded columns
         self.layout = options.get("layout")
         self.split_column = options.get("split_column") == "true"
         self.partitions_count = int(options["partitions"])
@@ -230,8 +231,7 @@ def _read_ranges(
 def _decoded(spec: ReadSpec, schema: pa.Schema, split: Split, records: list[Any]) -> pa.Table:
     """The rows of one split's records; a malformed record fails the batch (naming it) unless
     parse errors are ignored. Tombstones (no value) are deletes for upsert-kafka, else skipped."""
-    formats = spec.formats
-    fields = schema.remove(schema.get_field_index(OFFSET)) if spec.upsert else schema
+    formats, fields = spec.formats, schema
     value_schema = pa.schema([fields.field(name) for name in formats.value_columns(tuple(fields.names))])
     values, bad, has_value = decode_aligned([record.value() for record in records], formats.value, value_schema)
     keys = None

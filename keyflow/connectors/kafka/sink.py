@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from keyflow.changelog import OP
 from keyflow.connectors.base import Moves
+from keyflow.connectors.kafka.client import retrying
 from keyflow.connectors.kafka.options import DELIVERY_GUARANTEES, Client, Formats, choice, split_list
 from keyflow.errors import ExternalSystemError, PlanError, WorkerError
 
@@ -216,8 +217,9 @@ class _Transactions:
         if self.transactional:
             config = {**self.sink._producer_config(), "transactional.id": self.sink.transactional_id}
             self.producer = Producer(config)
+            producer = self.producer
             try:  # fences an older producer with this id and aborts its open transaction
-                self.producer.init_transactions(client.timeout_s)
+                retrying(client, lambda: producer.init_transactions(client.timeout_s))
             except KafkaException as error:
                 raise self._failed(error) from None
         return self
@@ -236,8 +238,11 @@ class _Transactions:
         """How many micro-batches were published (the marker's offset; 0: none)."""
         from confluent_kafka import KafkaException, TopicPartition
 
+        client = self.sink.client
         try:
-            [marked] = self.consumer.committed([TopicPartition(self.sink.topic, 0)], self.sink.client.timeout_s)
+            [marked] = retrying(
+                client, lambda: self.consumer.committed([TopicPartition(self.sink.topic, 0)], client.timeout_s)
+            )
         except KafkaException as error:
             raise self._failed(error) from None
         return max(marked.offset, 0)
@@ -270,11 +275,15 @@ class _Transactions:
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(self.sink.client.config())
+        client = self.sink.client
+        admin = AdminClient(client.config())
         try:
-            admin.delete_consumer_groups([self.marker], request_timeout=self.sink.client.timeout_s)[
-                self.marker
-            ].result()
+            retrying(
+                client,
+                lambda: admin.delete_consumer_groups([self.marker], request_timeout=client.timeout_s)[
+                    self.marker
+                ].result(),
+            )
         except KafkaException as error:
             if "GROUP_ID_NOT_FOUND" not in str(error):
                 raise self._failed(error) from None
