@@ -1,7 +1,8 @@
 """Exactly-once under real crashes: the driver is killed with SIGKILL inside a micro-batch,
-restarted, and the output must equal that of a run that never crashed: running totals,
-with event time session windows and timers open across the crashes, and a full outer join
-with a second source whose state holds unmatched rows of both sides across them."""
+restarted, and the output must equal that of a run that never crashed: running totals (to
+files and, in Kafka transactions, to a topic a read_committed consumer reads), with event
+time session windows and timers open across the crashes, and a full outer join with a
+second source, a Kafka topic, whose state holds unmatched rows of both sides across them."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from keyflow import Log
 from keyflow.changelog import current
 from keyflow.cli.app import app
+from keyflow.runtime.kafka_broker import LocalBroker
 from keyflow.runtime.streaming import FAULT_ENV
 from keyflow.state.checkpoint import Checkpoint
 from tests.event_time import append_timed, assert_event_time_output, timed_events
+from tests.kafka import produce, read_topic, values_frame
 from tests.streams import expected_totals, read_output
 
 pytestmark = pytest.mark.jvm  # every test here runs Spark
@@ -33,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "tests" / "jobs" / "running_totals.py"
 
 
-def run_job(tmp: Path, parallelism: int, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KEYFLOW_TEST_DIR": str(tmp), "PYTHONPATH": str(ROOT)}
+def run_job(tmp: Path, parallelism: int, servers: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KEYFLOW_TEST_DIR": str(tmp), "PYTHONPATH": str(ROOT), "KEYFLOW_TEST_KAFKA": servers}
     env.pop(FAULT_ENV, None)
     if fault:
         env[FAULT_ENV] = fault
@@ -45,7 +47,6 @@ def run_job(tmp: Path, parallelism: int, fault: str | None = None) -> subprocess
 
 POINTS = ["start", "after-sink-write", "after-commit", "after-publish"]
 SEED = random.randrange(1_000_000)
-VISITS = pa.schema([("uid", pa.string()), ("visit", pa.int64())])
 
 
 def crashes(seed: int) -> list[tuple[str, int]]:
@@ -58,16 +59,22 @@ def crashes(seed: int) -> list[tuple[str, int]]:
     return [(f"{point}:{batch}", 2 + batch % 2) for batch, point in enumerate(points, start=1)]
 
 
-def test_killed_driver_restarts_to_the_same_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_killed_driver_restarts_to_the_same_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kafka_broker: LocalBroker
+) -> None:
     data = timed_events(4_200, 200, start=0, seed=5, seconds=4_200)  # 700 rows per batch: batches 0..5
     append_timed(tmp_path / "log", data)
     rng = np.random.default_rng(6)
     visits = pd.DataFrame({"uid": [f"u{n}" for n in rng.integers(100, 300, 1_500)], "visit": np.arange(1_500)})
-    Log.create(tmp_path / "visits", 2, VISITS).append(pa.Table.from_pandas(visits, preserve_index=False), key="uid")
+    servers = kafka_broker.bootstrap_servers
+    kafka_broker.create_topic("visits", 2)
+    kafka_broker.create_topic("totals", 2)
+    produce(servers, "visits", visits, key="uid")
     for fault, parallelism in crashes(SEED):
-        crashed = run_job(tmp_path, parallelism, fault)
+        crashed = run_job(tmp_path, parallelism, servers, fault)
         assert crashed.returncode == -signal.SIGKILL, f"seed {SEED}, {fault}: {crashed.stdout}{crashed.stderr}"
     monkeypatch.setenv("KEYFLOW_TEST_DIR", str(tmp_path))
+    monkeypatch.setenv("KEYFLOW_TEST_KAFKA", servers)
     monkeypatch.delenv(FAULT_ENV, raising=False)
     resumed = CliRunner().invoke(
         app, ["run", str(JOB), "-p", "1", "--checkpoint", str(tmp_path / "ckpt"), "--available-now"]
@@ -75,6 +82,8 @@ def test_killed_driver_restarts_to_the_same_output(tmp_path: Path, monkeypatch: 
     assert resumed.exit_code == 0, resumed.output  # the last restart runs in this process: no fault left to inject
     got = read_output(tmp_path / "out").sort_values("seq").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected_totals(data).reset_index(drop=True), check_dtype=False)
+    in_kafka = values_frame(read_topic(servers, "totals")).sort_values("seq").reset_index(drop=True)
+    pd.testing.assert_frame_equal(in_kafka, expected_totals(data).reset_index(drop=True), check_dtype=False)
     watermark = Checkpoint(str(tmp_path / "ckpt")).manifests.latest().watermarks  # type: ignore[union-attr]
     final_watermark = next(iter(watermark.values()))["watermark"]
     assert_event_time_output(tmp_path / "event_time", data, final_watermark, tumbling_windows=False)

@@ -312,3 +312,32 @@ def test_sql_upsert_kafka_changelog_into_an_exactly_once_upsert_kafka_aggregate(
         region: {"region": region, "accounts": int(row.accounts), "total": int(row.total)}
         for region, row in expected.iterrows()
     }
+
+
+@pytest.mark.jvm
+def test_the_kafka_page_examples_run_and_agree(
+    kafka_broker: LocalBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/kafka.md's Python example as a user runs it (against this broker), then its SQL
+    twin on the same topic into another: both equal pandas."""
+    from tests.test_docs import DOCS, python_blocks
+
+    servers = kafka_broker.bootstrap_servers
+    for topic, partitions in (("clicks", 4), ("totals", 2), ("sql_totals", 2)):
+        kafka_broker.create_topic(topic, partitions)
+    clicks = events(800, 30, start=0, seed=61)[["user", "amount"]]
+    produce(servers, "clicks", clicks, key="user")
+    page = (DOCS / "kafka.md").read_text()
+    [example] = python_blocks(DOCS / "kafka.md")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example.replace("127.0.0.1:9092", servers), "docs/kafka.md", "exec"), {"__name__": "docs_example"})
+    sql = page.split("```sql\n", 1)[1].split("```", 1)[0].replace("127.0.0.1:9092", servers)
+    pipeline = Pipeline(config=config(2))
+    pipeline.sql(sql.replace("'totals'", "'sql_totals'").replace("'clicks-totals'", "'sql-clicks-totals'"))
+    pipeline.run(str(tmp_path / "sql-checkpoint"), available_now=True)
+
+    expected = clicks.groupby("user").agg(clicks=("amount", "size"), amount=("amount", "sum"))
+    want = {user: {"user": user, "clicks": int(r.clicks), "amount": int(r.amount)} for user, r in expected.iterrows()}
+    for topic in ("totals", "sql_totals"):
+        got = upserted(read_topic(servers, topic))
+        assert {json.loads(key)["user"]: value for key, value in got.items()} == want, topic

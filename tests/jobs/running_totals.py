@@ -3,13 +3,15 @@
 It reads the timestamped log under $KEYFLOW_TEST_DIR and writes per-event running totals,
 and with event time (a watermark per split): session windows and
 inactivity alerts from timers (see ``tests.event_time``); with a second log of visits
-there, also the full outer join of both (a second source in the same query).
+there, also the full outer join of both (a second source in the same query). With
+$KEYFLOW_TEST_KAFKA (a broker's address) the visits come from Kafka topic ``visits`` and the
+running totals also go to topic ``totals``, exactly once (Kafka transactions).
 """
 
 import os
 from pathlib import Path
 
-from keyflow import Pipeline, WatermarkStrategy, log, parquet
+from keyflow import Pipeline, WatermarkStrategy, kafka, kafka_sink, log, parquet
 from tests.event_time import event_time_sinks
 from tests.streams import TOTAL_SCHEMA, TOTAL_STATE, running_total
 
@@ -20,10 +22,22 @@ pipeline = Pipeline(
 stream = pipeline.source(
     log(f"{base}/log", rows_per_batch=700), watermark=WatermarkStrategy.for_bounded_out_of_orderness("ts", "30 s")
 )
-stream.key_by("user").process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq").sink(
-    parquet(f"{base}/out")
-)
+servers = os.environ.get("KEYFLOW_TEST_KAFKA")
+totals = stream.key_by("user").process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq")
+totals.sink(parquet(f"{base}/out"))
+if servers:
+    totals.sink(
+        kafka_sink(
+            "totals", bootstrap_servers=servers, delivery_guarantee="exactly-once", transactional_id_prefix="crash"
+        )
+    )
 event_time_sinks(stream, Path(base) / "event_time", tumbling_windows=False)  # tumbling: tests/test_event_time.py
-if Path(f"{base}/visits").exists():
-    visits = pipeline.source(log(f"{base}/visits", rows_per_batch=300), uid="visits")
+if servers or Path(f"{base}/visits").exists():
+    source = (
+        kafka("visits", bootstrap_servers=servers, schema="uid STRING, visit BIGINT", startup_mode="earliest-offset",
+              rows_per_batch=300)
+        if servers
+        else log(f"{base}/visits", rows_per_batch=300)
+    )  # fmt: skip
+    visits = pipeline.source(source, uid="visits")
     stream.join(visits, on=[("user", "uid")], how="full").uid("join").sink(parquet(f"{base}/joined"), uid="joined")
