@@ -173,6 +173,12 @@ class LocalBroker:
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(timeout=30)
 
+    def delete_topic(self, name: str) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        admin.delete_topics([name])[name].result(timeout=30)
+
     def add_partitions(self, name: str, total: int) -> None:
         """Grow topic ``name`` to ``total`` partitions (as ``kafka-topics --alter --partitions``)."""
         from confluent_kafka.admin import AdminClient, NewPartitions

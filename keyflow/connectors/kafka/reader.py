@@ -192,30 +192,34 @@ def _read_ranges(
     splits = {parse_split(name): (index, first, end, key_group) for name, index, first, end, key_group in ranges}
     try:
         consumer.assign([TopicPartition(topic, part, first) for (topic, part), (_, first, _, _) in splits.items()])
-        open_splits = set(splits)
+        position = {split: first for split, (_, first, _, _) in splits.items()}
         deadline = time.monotonic() + spec.client.timeout_s
-        while open_splits:
-            messages = consumer.consume(_CHUNK, 1.0)
+        while position:
+            # As many as are left to read: the call returns once they are there (or an end of
+            # partition is), instead of waiting out its timeout for a fuller chunk.
+            wanted = sum(splits[split][2] - at for split, at in position.items())
+            messages = consumer.consume(max(1, min(_CHUNK, wanted)), 0.2)
             chunk: dict[Split, list[Any]] = {}
+            done = []
             for message in messages:
                 split = (message.topic(), message.partition())
-                error = message.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise unreachable(spec.client, error.str())
-                    if message.offset() >= splits[split][2]:
-                        open_splits.discard(split)
+                if split not in position:
                     continue
-                if message.offset() >= splits[split][2]:
-                    open_splits.discard(split)
-                    continue
-                chunk.setdefault(split, []).append(message)
-                if message.offset() == splits[split][2] - 1:
-                    open_splits.discard(split)
+                error, offset, end = message.error(), message.offset(), splits[split][2]
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise unreachable(spec.client, error.str())
+                if error is None and offset < end:
+                    chunk.setdefault(split, []).append(message)
+                    position[split] = offset + 1
+                if offset >= end or (error is None and offset == end - 1):  # its range is read
+                    done.append(split)
+                    del position[split]
+            if done:
+                consumer.pause([TopicPartition(topic, part) for topic, part in done])
             if messages:
                 deadline = time.monotonic() + spec.client.timeout_s
             elif time.monotonic() > deadline:
-                raise unreachable(spec.client, f"no records from {sorted(open_splits)} of {spec.where}")
+                raise unreachable(spec.client, f"no records from {sorted(position)} of {spec.where}")
             for split, records in chunk.items():
                 index, _, _, key_group = splits[split]
                 batch = _decoded(spec, schema, split, records)
