@@ -67,9 +67,9 @@ def test_killed_driver_restarts_to_the_same_output(
     rng = np.random.default_rng(6)
     visits = pd.DataFrame({"uid": [f"u{n}" for n in rng.integers(100, 300, 1_500)], "visit": np.arange(1_500)})
     servers = kafka_broker.bootstrap_servers
-    kafka_broker.create_topic("visits", 2)
-    kafka_broker.create_topic("totals", 2)
-    produce(servers, "visits", visits, key="uid")
+    kafka_broker.create_topic("crash_visits", 2)
+    kafka_broker.create_topic("crash_totals", 2)
+    produce(servers, "crash_visits", visits, key="uid")
     for fault, parallelism in crashes(SEED):
         crashed = run_job(tmp_path, parallelism, servers, fault)
         assert crashed.returncode == -signal.SIGKILL, f"seed {SEED}, {fault}: {crashed.stdout}{crashed.stderr}"
@@ -82,7 +82,7 @@ def test_killed_driver_restarts_to_the_same_output(
     assert resumed.exit_code == 0, resumed.output  # the last restart runs in this process: no fault left to inject
     got = read_output(tmp_path / "out").sort_values("seq").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected_totals(data).reset_index(drop=True), check_dtype=False)
-    in_kafka = values_frame(read_topic(servers, "totals")).sort_values("seq").reset_index(drop=True)
+    in_kafka = values_frame(read_topic(servers, "crash_totals")).sort_values("seq").reset_index(drop=True)
     pd.testing.assert_frame_equal(in_kafka, expected_totals(data).reset_index(drop=True), check_dtype=False)
     watermark = Checkpoint(str(tmp_path / "ckpt")).manifests.latest().watermarks  # type: ignore[union-attr]
     final_watermark = next(iter(watermark.values()))["watermark"]

@@ -35,21 +35,21 @@ SCHEMA = "user STRING, amount BIGINT, seq BIGINT"
 
 
 def totals_pipeline(broker: LocalBroker, parallelism: int, prefix: str) -> Pipeline:
-    """Running totals per event (exactly-once into ``totals``) and per-user counts (upserts into
-    ``counts``), reading ``events`` from the start."""
+    """Running totals per event (exactly-once into ``kk_totals``) and per-user counts (upserts into
+    ``kk_counts``), reading ``kk_events`` from the start."""
     servers = broker.bootstrap_servers
     p = Pipeline(config=config(parallelism))
     source = kafka(
-        "events", bootstrap_servers=servers, schema=SCHEMA, startup_mode="earliest-offset", rows_per_batch=1_500
+        "kk_events", bootstrap_servers=servers, schema=SCHEMA, startup_mode="earliest-offset", rows_per_batch=1_500
     )
     by_user = p.source(source).key_by("user")
     by_user.process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq").sink(
         kafka_sink(
-            "totals", bootstrap_servers=servers, delivery_guarantee="exactly-once", transactional_id_prefix=prefix
+            "kk_totals", bootstrap_servers=servers, delivery_guarantee="exactly-once", transactional_id_prefix=prefix
         )
     )
     by_user.aggregate(events="count(*)", amount="sum(amount)").sink(
-        upsert_kafka_sink("counts", bootstrap_servers=servers, primary_key="user")
+        upsert_kafka_sink("kk_counts", bootstrap_servers=servers, primary_key="user")
     )
     return p
 
@@ -59,18 +59,18 @@ def test_kafka_to_kafka_exactly_once_across_restarts_a_live_rescale_new_partitio
     kafka_broker: LocalBroker, tmp_path: Path
 ) -> None:
     servers = kafka_broker.bootstrap_servers
-    for topic, partitions in (("events", 4), ("totals", 3), ("counts", 2)):
+    for topic, partitions in (("kk_events", 4), ("kk_totals", 3), ("kk_counts", 2)):
         kafka_broker.create_topic(topic, partitions)
     history = [events(2_000, 150, start=0, seed=31)]
-    produce(servers, "events", history[-1], key="user")
+    produce(servers, "kk_events", history[-1], key="user")
     checkpoint = str(tmp_path / "ckpt")
     totals_pipeline(kafka_broker, 2, "t1").run(checkpoint, available_now=True)
 
     history.append(events(2_000, 150, start=2_000, seed=32))
-    produce(servers, "events", history[-1], key="user")
-    kafka_broker.add_partitions("events", 6)  # read from their start at the next micro-batch
+    produce(servers, "kk_events", history[-1], key="user")
+    kafka_broker.add_partitions("kk_events", 6)  # read from their start at the next micro-batch
     history.append(events(600, 40, start=4_000, seed=33))
-    produce(servers, "events", history[-1].assign(user="new-" + history[-1]["user"]), key="user")
+    produce(servers, "kk_events", history[-1].assign(user="new-" + history[-1]["user"]), key="user")
     history[-1] = history[-1].assign(user="new-" + history[-1]["user"])
     kafka_broker.restart()  # a controlled broker restart between runs; the restart at 3 reads on
     job = totals_pipeline(kafka_broker, 3, "t1").start(checkpoint)
@@ -78,7 +78,7 @@ def test_kafka_to_kafka_exactly_once_across_restarts_a_live_rescale_new_partitio
         job.process_all_available()
         job.rescale(1, reason="test")  # live
         history.append(events(1_000, 150, start=4_600, seed=34))
-        produce(servers, "events", history[-1], key="user")
+        produce(servers, "kk_events", history[-1], key="user")
         job.process_all_available()
         assert job.last_batch is not None
         assert job.last_batch.parallelism == 1
@@ -86,9 +86,9 @@ def test_kafka_to_kafka_exactly_once_across_restarts_a_live_rescale_new_partitio
         job.stop()
 
     everything = pd.concat(history)
-    got = values_frame(read_topic(servers, "totals")).sort_values("seq").reset_index(drop=True)
+    got = values_frame(read_topic(servers, "kk_totals")).sort_values("seq").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected_totals(everything).reset_index(drop=True), check_dtype=False)
-    counts = upserted(read_topic(servers, "counts"))
+    counts = upserted(read_topic(servers, "kk_counts"))
     expected = everything.groupby("user").agg(events=("amount", "size"), amount=("amount", "sum"))
     assert {json.loads(key)["user"]: value for key, value in counts.items()} == {
         user: {"user": user, "events": int(row.events), "amount": int(row.amount)} for user, row in expected.iterrows()
@@ -341,3 +341,29 @@ def test_the_kafka_page_examples_run_and_agree(
     for topic in ("totals", "sql_totals"):
         got = upserted(read_topic(servers, topic))
         assert {json.loads(key)["user"]: value for key, value in got.items()} == want, topic
+
+
+def test_records_decode_in_one_call_and_malformed_ones_are_found_one_by_one() -> None:
+    """Arrow decodes the batch at once; an empty, a whitespace-only, a mistyped or a two-object
+    record is malformed, a record spanning lines (pretty JSON) is not; CSV and raw alike."""
+    import pyarrow as pa
+
+    from keyflow.connectors.kafka.formats import decode, decode_aligned
+
+    schema = pa.schema([("a", pa.int64()), ("s", pa.string())])
+    table, bad = decode([b'{"a": 1, "s": "x"}', b'{"s": "y", "a": 2, "z": 0}'], "json", schema)
+    assert table.to_pylist() == [{"a": 1, "s": "x"}, {"a": 2, "s": "y"}]
+    assert bad.tolist() == []
+    records = [b'{"a": 1}', b"", b"  ", b'{"a": "q"}', b'{\n  "a": 5\n}', b'{"a": 6}{"a": 7}']
+    table, bad = decode(records, "json", schema)
+    assert table.column("a").to_pylist() == [1, 5]
+    assert bad.tolist() == [1, 2, 3, 5]
+    table, bad = decode([b"1,x", b"2,", b"nope,z"], "csv", schema)
+    assert table.to_pylist() == [{"a": 1, "s": "x"}, {"a": 2, "s": ""}]
+    assert bad.tolist() == [2]
+    raw = pa.schema([("line", pa.string())])
+    table, bad = decode([b"a b", b"\xff"], "raw", raw)  # invalid UTF-8 for a STRING column
+    assert (table.column("line").to_pylist(), bad.tolist()) == (["a b"], [1])
+    aligned, bad, present = decode_aligned([b'{"a": 1}', None, b"x"], "json", schema)
+    assert aligned.column("a").to_pylist() == [1, None, None]
+    assert (bad.tolist(), present.tolist()) == ([False, False, True], [True, False, True])

@@ -63,6 +63,17 @@ def pre_keyed_ranges(path: str, ranges: list[tuple[int, int, int]], where: str) 
     return assigned
 
 
+def limited_ends(start: dict[str, int], ends: dict[str, int], max_rows: int) -> dict[str, int]:
+    """The ends of a micro-batch of at most ``max_rows`` records: the limit shared over the
+    splits with data, smallest backlog first; what a split does not need goes to the next."""
+    budget, taken = max_rows, {}
+    pending = sorted((ends[s] - start.get(s, 0), s) for s in ends if ends[s] > start.get(s, 0))
+    for position, (backlog, split) in enumerate(pending):
+        taken[split] = min(backlog, budget // (len(pending) - position))
+        budget -= taken[split]
+    return {split: start.get(split, 0) + taken.get(split, 0) for split in ends}
+
+
 def spread_ranges(ranges: list[tuple[int, int, int]], partitions: int) -> list[list[Range]]:
     """``(split, first, end)`` ranges spread over ``partitions`` Spark partitions (split ``s`` →
     partition ``s % partitions``), so a source's parallelism does not depend on its splits."""

@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from keyflow.changelog import MODES, OFFSET, OP
 from keyflow.connectors.base import SPLIT_COLUMN
 from keyflow.connectors.log import Log, check_key_columns
-from keyflow.connectors.splits import map_new_splits, pre_keyed_ranges, spread_ranges
+from keyflow.connectors.splits import limited_ends, map_new_splits, pre_keyed_ranges, spread_ranges
 from keyflow.errors import PlanError, positive_option
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.paths import absolute
@@ -141,16 +141,7 @@ class LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"log {self.log.path} has fewer records than already read (split: (read, now there) {behind}); "
                 "it was recreated or truncated. Restore it, or start the pipeline with a new checkpoint"
             )
-        if isinstance(limit, ReadMaxRows):
-            # Share the limit over the splits with data, smallest backlog first; what a split
-            # does not need goes to the next, and the total never exceeds the limit.
-            budget, taken = limit.max_rows, {}
-            pending = sorted((ends[s] - start.get(s, 0), s) for s in ends if ends[s] > start.get(s, 0))
-            for position, (backlog, split) in enumerate(pending):
-                taken[split] = min(backlog, budget // (len(pending) - position))
-                budget -= taken[split]
-            ends = {split: start.get(split, 0) + taken.get(split, 0) for split in ends}
-        return ends
+        return limited_ends(start, ends, limit.max_rows) if isinstance(limit, ReadMaxRows) else ends
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         ranges = [(int(split), start.get(split, 0), last) for split, last in end.items() if last > start.get(split, 0)]

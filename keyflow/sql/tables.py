@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from keyflow.changelog import OP
@@ -87,6 +89,17 @@ def _log(table: CreateTable, mode: str | None) -> Source:
     return source
 
 
+@contextmanager
+def _named(table: CreateTable) -> Iterator[None]:
+    """A connector's PlanError as a SqlError naming the table and its position."""
+    try:
+        yield
+    except SqlError:
+        raise
+    except PlanError as error:
+        raise SqlError(f"{table.where}: {error}") from None
+
+
 def _kafka_parts(table: CreateTable) -> tuple[Client, Formats]:
     """The brokers, client properties and formats of a ``kafka`` or ``upsert-kafka`` table."""
     upsert = table.options["connector"] == "upsert-kafka"
@@ -109,7 +122,7 @@ def _kafka_parts(table: CreateTable) -> tuple[Client, Formats]:
         if key.startswith("properties.") and key != "properties.bootstrap.servers"
     }
     parse_errors = [key for key in options if key.endswith("ignore-parse-errors")]
-    try:
+    with _named(table):
         formats = Formats(
             options.get("value.format", options.get("format", "json")),
             options.get("key.format"),
@@ -119,10 +132,6 @@ def _kafka_parts(table: CreateTable) -> tuple[Client, Formats]:
         )
         formats.check_columns(tuple(table.column_names), table.where)
         return Client(options["properties.bootstrap.servers"], properties), formats
-    except SqlError:
-        raise
-    except PlanError as error:
-        raise SqlError(f"{table.where}: {error}") from None
 
 
 def _kafka_source(table: CreateTable) -> Source:
@@ -131,7 +140,7 @@ def _kafka_source(table: CreateTable) -> Source:
     client, formats = _kafka_parts(table)
     options = table.options
     upsert = options["connector"] == "upsert-kafka"
-    try:
+    with _named(table):
         startup = Startup(
             "earliest-offset" if upsert else options.get("scan.startup.mode", "group-offsets"),
             int_option(table, "scan.startup.timestamp-millis"),
@@ -141,10 +150,6 @@ def _kafka_source(table: CreateTable) -> Source:
             split_list(options.get("topic")), options.get("topic-pattern"), schema_ddl(table), client, startup, formats,
             int_option(table, "scan.rows-per-batch", 1), table.primary_key if upsert else (),
         )  # fmt: skip
-    except SqlError:
-        raise
-    except PlanError as error:
-        raise SqlError(f"{table.where}: {error}") from None
 
 
 def _kafka_sink(table: CreateTable) -> Sink:
@@ -154,13 +159,11 @@ def _kafka_sink(table: CreateTable) -> Sink:
     options = table.options
     if "topic-pattern" in options or "topic" not in options:
         raise SqlError(f"{table.where}: a Kafka sink writes one topic: give 'topic' (not 'topic-pattern')")
-    try:
+    with _named(table):
         return KafkaSink(
             options["topic"], client, formats, options.get("sink.delivery-guarantee", "at-least-once"),
             options.get("sink.transactional-id-prefix"), table.primary_key,
         )  # fmt: skip
-    except PlanError as error:
-        raise SqlError(f"{table.where}: {error}") from None
 
 
 def _datagen(table: CreateTable) -> Source:

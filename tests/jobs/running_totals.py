@@ -4,8 +4,8 @@ It reads the timestamped log under $KEYFLOW_TEST_DIR and writes per-event runnin
 and with event time (a watermark per split): session windows and
 inactivity alerts from timers (see ``tests.event_time``); with a second log of visits
 there, also the full outer join of both (a second source in the same query). With
-$KEYFLOW_TEST_KAFKA (a broker's address) the visits come from Kafka topic ``visits`` and the
-running totals also go to topic ``totals``, exactly once (Kafka transactions).
+$KEYFLOW_TEST_KAFKA (a broker's address) the visits come from Kafka topic ``crash_visits`` and
+the running totals also go to topic ``crash_totals``, exactly once (Kafka transactions).
 """
 
 import os
@@ -26,15 +26,13 @@ servers = os.environ.get("KEYFLOW_TEST_KAFKA")
 totals = stream.key_by("user").process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq")
 totals.sink(parquet(f"{base}/out"))
 if servers:
-    totals.sink(
-        kafka_sink(
-            "totals", bootstrap_servers=servers, delivery_guarantee="exactly-once", transactional_id_prefix="crash"
-        )
-    )
+    exactly_once = {"delivery_guarantee": "exactly-once", "transactional_id_prefix": "crash"}
+    totals.sink(kafka_sink("crash_totals", bootstrap_servers=servers, **exactly_once))
 event_time_sinks(stream, Path(base) / "event_time", tumbling_windows=False)  # tumbling: tests/test_event_time.py
 if servers or Path(f"{base}/visits").exists():
+    visits_schema = "uid STRING, visit BIGINT"
     source = (
-        kafka("visits", bootstrap_servers=servers, schema="uid STRING, visit BIGINT", startup_mode="earliest-offset",
+        kafka("crash_visits", bootstrap_servers=servers, schema=visits_schema, startup_mode="earliest-offset",
               rows_per_batch=300)
         if servers
         else log(f"{base}/visits", rows_per_batch=300)

@@ -28,16 +28,15 @@ _TIMESTAMP = "yyyy-MM-dd HH:mm:ss.SSSSSS"
 
 def decode(records: Sequence[bytes], format: str, schema: pa.Schema) -> tuple[pa.Table, np.ndarray]:
     """The columns of ``schema`` from ``records`` and the positions of those that did not decode
-    (left out of the table)."""
-    empty = np.fromiter((not record.strip() for record in records), bool, len(records))
-    good = [record for record, bad in zip(records, empty, strict=True) if not bad]
+    (left out of the table). The batch decodes in one call when each record is one line and
+    every one decodes to one row; else record by record."""
     try:
-        table = _decode_all(good, format, schema)
-        if table.num_rows != len(good):
-            raise pa.ArrowInvalid("a record decoded to several rows")
-        return table, np.flatnonzero(empty)
+        table = _decode_all(records, format, schema, one_line_each=True)
+        if table.num_rows == len(records):
+            return table, np.array([], dtype=np.int64)
     except (pa.ArrowInvalid, UnicodeDecodeError):
-        return _decode_each(records, format, schema)
+        pass
+    return _decode_each(records, format, schema)
 
 
 def decode_aligned(
@@ -60,7 +59,7 @@ def _decode_each(records: Sequence[bytes], format: str, schema: pa.Schema) -> tu
     tables, malformed = [], []
     for position, record in enumerate(records):
         try:
-            table = _decode_all([record], format, schema) if record.strip() else None
+            table = _decode_all([record], format, schema, one_line_each=False)
         except (pa.ArrowInvalid, UnicodeDecodeError):
             table = None
         if table is None or table.num_rows != 1:
@@ -71,7 +70,7 @@ def _decode_each(records: Sequence[bytes], format: str, schema: pa.Schema) -> tu
     return decoded, np.array(malformed, dtype=np.int64)
 
 
-def _decode_all(records: Sequence[bytes], format: str, schema: pa.Schema) -> pa.Table:
+def _decode_all(records: Sequence[bytes], format: str, schema: pa.Schema, one_line_each: bool) -> pa.Table:
     if not records:
         return schema.empty_table()
     if format == "raw":
@@ -81,6 +80,8 @@ def _decode_all(records: Sequence[bytes], format: str, schema: pa.Schema) -> pa.
     data = b"\n".join(records)
     block = max(len(data) + 1, 1 << 20)
     newlines = data.count(b"\n") >= len(records)
+    if newlines and one_line_each:
+        raise pa.ArrowInvalid("a record spans lines")
     if format == "json":
         table = pa_json.read_json(
             io.BytesIO(data),

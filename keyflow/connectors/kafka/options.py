@@ -79,6 +79,14 @@ class Client:
         if not self.bootstrap_servers or not str(self.bootstrap_servers).strip():
             raise PlanError("Kafka needs 'properties.bootstrap.servers' (host:port[,host:port...])")
 
+    @staticmethod
+    def of(bootstrap_servers: str, properties: dict[str, str] | None, timeout_s: float) -> Client:
+        """From the Python API's arguments: the brokers apart, every property a string."""
+        extra = dict(properties or {})
+        if "bootstrap.servers" in extra:
+            raise PlanError("give the brokers as bootstrap_servers=..., not in properties")
+        return Client(bootstrap_servers, {key: str(value) for key, value in extra.items()}, timeout_s)
+
     def config(self, **extra: str | int | bool) -> dict[str, str | int | bool]:
         """librdkafka's configuration: the properties, the servers, ``extra`` last."""
         return {**self.properties, "bootstrap.servers": self.bootstrap_servers, "log_level": 0, **extra}

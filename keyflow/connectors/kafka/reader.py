@@ -25,7 +25,7 @@ from keyflow.connectors.base import SPLIT_COLUMN
 from keyflow.connectors.kafka.client import Brokers, Split, parse_split, split_name, unreachable
 from keyflow.connectors.kafka.formats import assemble, decode_aligned
 from keyflow.connectors.kafka.options import Client, Formats, Startup
-from keyflow.connectors.splits import map_new_splits, pre_keyed_ranges, spread_ranges
+from keyflow.connectors.splits import limited_ends, map_new_splits, pre_keyed_ranges, spread_ranges
 from keyflow.errors import DataError, ExternalSystemError, WorkerError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 
@@ -140,15 +140,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         ends = self.target or self._guarded(lambda: self._ends(start))
-        ends = {split: max(end, start.get(split, 0)) for split, end in ends.items()}
-        if isinstance(limit, ReadMaxRows):
-            budget, taken = limit.max_rows, {}
-            pending = sorted((ends[s] - start.get(s, 0), s) for s in ends if ends[s] > start.get(s, 0))
-            for position, (backlog, split) in enumerate(pending):
-                taken[split] = min(backlog, budget // (len(pending) - position))
-                budget -= taken[split]
-            ends = {split: start.get(split, 0) + taken.get(split, 0) for split in ends}
-        return ends
+        behind = {split: (start[split], end) for split, end in ends.items() if end < start.get(split, 0)}
+        if behind:
+            raise WorkerError(
+                ExternalSystemError(
+                    f"{self.spec.where} has fewer records than already read (partition: (read, there now) {behind}); "
+                    "the topic was deleted and created again. Start the pipeline with a new checkpoint"
+                )
+            )
+        return limited_ends(start, ends, limit.max_rows) if isinstance(limit, ReadMaxRows) else ends
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         names = list(end)
@@ -176,7 +176,7 @@ def _read_ranges(
     spec: ReadSpec, schema: pa.Schema, ranges: list[list[Any]], pre_keyed: bool, split_column: bool
 ) -> Iterator[pa.RecordBatch]:
     """Records ``[first, end)`` of each split, decoded, in chunks."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer
 
     consumer = Consumer(
         spec.client.config(
@@ -186,42 +186,14 @@ def _read_ranges(
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed" if spec.committed_only else "read_uncommitted",
+                "max.partition.fetch.bytes": 16 << 20,
             }
         )
     )
-    splits = {parse_split(name): (index, first, end, key_group) for name, index, first, end, key_group in ranges}
     try:
-        consumer.assign([TopicPartition(topic, part, first) for (topic, part), (_, first, _, _) in splits.items()])
-        position = {split: first for split, (_, first, _, _) in splits.items()}
-        deadline = time.monotonic() + spec.client.timeout_s
-        while position:
-            # As many as are left to read: the call returns once they are there (or an end of
-            # partition is), instead of waiting out its timeout for a fuller chunk.
-            wanted = sum(splits[split][2] - at for split, at in position.items())
-            messages = consumer.consume(max(1, min(_CHUNK, wanted)), 0.2)
-            chunk: dict[Split, list[Any]] = {}
-            done = []
-            for message in messages:
-                split = (message.topic(), message.partition())
-                if split not in position:
-                    continue
-                error, offset, end = message.error(), message.offset(), splits[split][2]
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise unreachable(spec.client, error.str())
-                if error is None and offset < end:
-                    chunk.setdefault(split, []).append(message)
-                    position[split] = offset + 1
-                if offset >= end or (error is None and offset == end - 1):  # its range is read
-                    done.append(split)
-                    del position[split]
-            if done:
-                consumer.pause([TopicPartition(topic, part) for topic, part in done])
-            if messages:
-                deadline = time.monotonic() + spec.client.timeout_s
-            elif time.monotonic() > deadline:
-                raise unreachable(spec.client, f"no records from {sorted(position)} of {spec.where}")
-            for split, records in chunk.items():
-                index, _, _, key_group = splits[split]
+        for name, index, first, end, key_group in ranges:
+            split = parse_split(name)
+            for records in _split_records(consumer, spec, split, first, end):
                 batch = _decoded(spec, schema, split, records)
                 if pre_keyed:
                     batch = batch.append_column(KEY_GROUP_COLUMN, pa.array(np.full(len(batch), key_group, np.int32)))
@@ -230,6 +202,39 @@ def _read_ranges(
                 yield from batch.to_batches()
     finally:
         consumer.close()
+
+
+def _split_records(consumer: Any, spec: ReadSpec, split: Split, first: int, end: int) -> Iterator[list[Any]]:
+    """The records of ``split`` from ``first`` to ``end`` in chunks, read with ``consumer``
+    (one split at a time: a chunk needs no sorting by split, and only its last offset is
+    checked against the end)."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    consumer.assign([TopicPartition(split[0], split[1], first)])
+    position, deadline = first, time.monotonic() + spec.client.timeout_s
+    while position < end:
+        # As many as are left: the call returns once they are there (or the partition's end
+        # is), instead of waiting out its timeout for a fuller chunk.
+        messages = consumer.consume(min(_CHUNK, end - position), 0.2)
+        records = [message for message in messages if message.error() is None]
+        if len(records) < len(messages):
+            for message in messages:
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise unreachable(spec.client, error.str())
+                if error is not None and message.offset() >= end:
+                    position = end  # the end of the range is a transaction marker
+        if records:
+            last = records[-1].offset()
+            if last >= end:  # records after the range (offsets grow within a split)
+                records = [record for record in records if record.offset() < end]
+            position = max(position, min(last + 1, end))
+        if records:
+            yield records
+        if messages:
+            deadline = time.monotonic() + spec.client.timeout_s
+        elif time.monotonic() > deadline:
+            raise unreachable(spec.client, f"no records from {split_name(split)} of {spec.where}")
 
 
 def _decoded(spec: ReadSpec, schema: pa.Schema, split: Split, records: list[Any]) -> pa.Table:

@@ -179,16 +179,7 @@ def _produce(config: dict[str, Any], topic: str, batches: Any, timeout: float) -
     rows = 0
     try:
         for batch in batches:
-            keys, values = batch.column(0).to_pylist(), batch.column(1).to_pylist()
-            for key, value in zip(keys, values, strict=True):
-                while True:
-                    try:
-                        producer.produce(topic, value, key, on_delivery=delivered)
-                        break
-                    except BufferError:  # the local queue is full: let it drain
-                        producer.poll(0.05)
-            rows += len(keys)
-            producer.poll(0)
+            rows += _send(producer, topic, batch, delivered)
         if producer.flush(timeout) > 0 or failures:
             raise ExternalSystemError(
                 f"Kafka sink {topic!r}: {len(failures) or 'some'} record(s) not acknowledged within {timeout:g} s "
@@ -199,6 +190,20 @@ def _produce(config: dict[str, Any], topic: str, batches: Any, timeout: float) -
     except ExternalSystemError as error:
         raise WorkerError(error) from None
     return rows
+
+
+def _send(producer: Any, topic: str, batch: Any, delivered: Any = None) -> int:
+    """Hand one Arrow batch's records (key, value columns) to ``producer``; returns how many."""
+    keys, values = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+    for key, value in zip(keys, values, strict=True):
+        while True:
+            try:
+                producer.produce(topic, value, key, on_delivery=delivered)
+                break
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.05)
+    producer.poll(0)
+    return len(keys)
 
 
 class _Transactions:
@@ -254,15 +259,8 @@ class _Transactions:
         producer, topic = self.producer, self.sink.topic
         try:
             producer.begin_transaction()
-            for record in records.to_batches(100_000):
-                keys, values = record.column(0).to_pylist(), record.column(1).to_pylist()
-                for key, value in zip(keys, values, strict=True):
-                    while True:
-                        try:
-                            producer.produce(topic, value, key)
-                            break
-                        except BufferError:
-                            producer.poll(0.05)
+            for chunk in records.to_batches(100_000):
+                _send(producer, topic, chunk)
             marker = [TopicPartition(topic, 0, batch + 1)]
             producer.send_offsets_to_transaction(
                 marker, self.consumer.consumer_group_metadata(), self.sink.client.timeout_s
@@ -306,7 +304,7 @@ def kafka_sink(
     ``sink.delivery-guarantee``, at-least-once by default; exactly-once needs
     ``transactional_id_prefix``)."""
     formats = Formats(format, key_format, split_list(key_fields), value_fields_include)
-    client = Client(bootstrap_servers, {k: str(v) for k, v in (properties or {}).items()}, timeout_s)
+    client = Client.of(bootstrap_servers, properties, timeout_s)
     return KafkaSink(topic, client, formats, delivery_guarantee, transactional_id_prefix)
 
 
@@ -327,5 +325,5 @@ def upsert_kafka_sink(
     inserts and updates as records keyed by the primary key, deletes as tombstones."""
     keys = split_list(primary_key)
     formats = Formats(value_format, key_format, keys, value_fields_include)
-    client = Client(bootstrap_servers, {k: str(v) for k, v in (properties or {}).items()}, timeout_s)
+    client = Client.of(bootstrap_servers, properties, timeout_s)
     return KafkaSink(topic, client, formats, delivery_guarantee, transactional_id_prefix, keys)

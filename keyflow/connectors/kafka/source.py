@@ -145,13 +145,6 @@ class KafkaSource:
         return reader.load()
 
 
-def _client(bootstrap_servers: str, properties: dict[str, str] | None, timeout_s: float) -> Client:
-    extra = dict(properties or {})
-    if "bootstrap.servers" in extra:
-        raise PlanError("give the brokers as bootstrap_servers=..., not in properties")
-    return Client(bootstrap_servers, {key: str(value) for key, value in extra.items()}, timeout_s)
-
-
 def kafka(
     topic: str | list[str] | None = None,
     *,
@@ -178,7 +171,7 @@ def kafka(
         split_list(topic),
         topic_pattern,
         schema,
-        _client(bootstrap_servers, properties, timeout_s),
+        Client.of(bootstrap_servers, properties, timeout_s),
         Startup(startup_mode, startup_timestamp_millis, specific_offsets(startup_specific_offsets or "")),
         Formats(format, key_format, split_list(key_fields), value_fields_include, ignore_parse_errors),
         rows_per_batch,
@@ -207,7 +200,7 @@ def upsert_kafka(
         split_list(topic),
         None,
         schema,
-        _client(bootstrap_servers, properties, timeout_s),
+        Client.of(bootstrap_servers, properties, timeout_s),
         Startup("earliest-offset"),
         Formats(value_format, key_format, keys, value_fields_include, ignore_parse_errors),
         rows_per_batch,
