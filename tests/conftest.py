@@ -45,9 +45,10 @@ def spark() -> SparkSession:
     return spark_session(SESSION_CONF, app_name="keyflow-tests")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_broker() -> Iterator[LocalBroker]:
-    """A real Kafka broker (KRaft, one node) on loopback for this test process, always stopped."""
+    """A real Kafka broker (KRaft, one node) on loopback for the tests of one module, always
+    stopped after them: an idle broker's threads would take CPU from the rest of the suite."""
     with LocalBroker(heap="384m") as broker:
         yield broker
 

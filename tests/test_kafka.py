@@ -55,7 +55,7 @@ def totals_pipeline(broker: LocalBroker, parallelism: int, prefix: str) -> Pipel
 
 
 @pytest.mark.jvm
-def test_kafka_to_kafka_exactly_once_across_restarts_a_live_rescale_new_partitions_and_a_broker_restart(
+def test_kafka_to_kafka_exactly_once_across_a_restart_a_live_rescale_new_partitions_and_a_broker_restart(
     kafka_broker: LocalBroker, tmp_path: Path
 ) -> None:
     servers = kafka_broker.bootstrap_servers
@@ -72,10 +72,10 @@ def test_kafka_to_kafka_exactly_once_across_restarts_a_live_rescale_new_partitio
     history.append(events(600, 40, start=4_000, seed=33))
     produce(servers, "kk_events", history[-1].assign(user="new-" + history[-1]["user"]), key="user")
     history[-1] = history[-1].assign(user="new-" + history[-1]["user"])
-    kafka_broker.restart()  # a controlled broker restart between runs; the restart at 3 reads on
-    job = totals_pipeline(kafka_broker, 3, "t1").start(checkpoint)
+    job = totals_pipeline(kafka_broker, 3, "t1").start(checkpoint)  # a restart at 3
     try:
         job.process_all_available()
+        kafka_broker.restart()  # while the job runs: its readers and the transactional producer reconnect
         job.rescale(1, reason="test")  # live
         history.append(events(1_000, 150, start=4_600, seed=34))
         produce(servers, "kk_events", history[-1], key="user")
@@ -194,12 +194,12 @@ def pre_keyed_sums(broker: LocalBroker, base: Path, parallelism: int) -> Pipelin
 
 
 @pytest.mark.jvm
-def test_pre_keyed_topic_rescales_live_2_4_2_with_partitions_added_and_catches_a_key_in_two(
+def test_pre_keyed_topic_rescales_live_2_4_2_and_on_restart_with_partitions_added_and_catches_a_key_in_two(
     kafka_broker: LocalBroker, tmp_path: Path
 ) -> None:
     """A topic whose producer partitioned by key is read with no shuffle: 8 partitions, live
-    2 → 4 → 2 with 2 partitions added in between (new keys there); then a key written to a
-    second partition fails the micro-batch before it commits."""
+    2 → 4 → 2 with 2 partitions added in between (new keys there), a restart at 3; then a key
+    written to a second partition fails the micro-batch before it commits."""
     from tests.test_pre_keyed import expected_sums, final_sums
 
     servers = kafka_broker.bootstrap_servers
@@ -233,6 +233,10 @@ def test_pre_keyed_topic_rescales_live_2_4_2_with_partitions_added_and_catches_a
     assert manifest is not None
     assert len(set(manifest.pre_keyed["splits"])) == 10  # each partition its own key group
     pd.testing.assert_frame_equal(final_sums(tmp_path / "sums"), expected_sums(pd.concat(parts)), check_dtype=False)
+    parts.append(events(400, 120, start=3_100, seed=44))  # and a restart at 3
+    produce(servers, "keyed", parts[-1], key="user", partitions=8, partition_of=placed)
+    pre_keyed_sums(kafka_broker, tmp_path, 3).run(str(tmp_path / "ckpt"), available_now=True)
+    pd.testing.assert_frame_equal(final_sums(tmp_path / "sums"), expected_sums(pd.concat(parts)), check_dtype=False)
 
     moved = parts[0].head(1)  # an existing user, written to another partition
     produce(
@@ -244,7 +248,7 @@ def test_pre_keyed_topic_rescales_live_2_4_2_with_partitions_added_and_catches_a
         partition_of={moved["user"].iloc[0]: (placed[moved["user"].iloc[0]] + 1) % 8},
     )
     with pytest.raises(DataError, match="a key must be in exactly one split"):
-        pre_keyed_sums(kafka_broker, tmp_path, 2).run(str(tmp_path / "ckpt"), available_now=True)
+        pre_keyed_sums(kafka_broker, tmp_path, 3).run(str(tmp_path / "ckpt"), available_now=True)
 
 
 def account_changes(seed: int, accounts: int, changes: int) -> pd.DataFrame:

@@ -39,7 +39,36 @@ def plan(script: str, **config: object) -> Pipeline:
         ),
         (
             "CREATE TABLE t (a INT) WITH ('connector' = 'kafkaa');",
-            r"table 't': connector 'kafkaa' is unknown; keyflow has datagen, filesystem, log, upsert-log, print",
+            r"table 't': connector 'kafkaa' is unknown; did you mean 'kafka'\? keyflow has datagen, filesystem, log, "
+            r"upsert-log, kafka, upsert-kafka, print",
+        ),
+        (
+            "CREATE TABLE t (a INT) WITH ('connector' = 'kafka', 'properties.bootstrap.servers' = 'h:9092', "
+            "'topic' = 't', 'scan.startup-mode' = 'earliest-offset');",
+            r"table 't': connector 'kafka' has no option 'scan.startup-mode'; did you mean 'scan.startup.mode'\?",
+        ),
+        (
+            "CREATE TABLE t (a INT) WITH ('connector' = 'kafka', 'properties.bootstrap.servers' = 'h:9092', "
+            "'topic' = 't', 'format' = 'jsn');"
+            "CREATE TABLE o (a INT) WITH ('connector' = 'blackhole'); INSERT INTO o SELECT a FROM t;",
+            r"table 't': 'value.format' = 'jsn' is invalid; did you mean 'json'\? choose one of json, csv, raw",
+        ),
+        (
+            "CREATE TABLE t (a INT) WITH ('connector' = 'upsert-kafka', 'properties.bootstrap.servers' = 'h:9092', "
+            "'topic' = 't', 'key.format' = 'json', 'value.format' = 'json');"
+            "CREATE TABLE o (a INT) WITH ('connector' = 'blackhole'); INSERT INTO o SELECT a FROM t;",
+            r"table 't' \(connector 'upsert-kafka'\) needs a primary key: records are keyed by it",
+        ),
+        (
+            "CREATE TABLE t (a INT, PRIMARY KEY (a) NOT ENFORCED) WITH ('connector' = 'kafka', "
+            "'properties.bootstrap.servers' = 'h:9092', 'topic' = 't');"
+            "CREATE TABLE o (a INT) WITH ('connector' = 'blackhole'); INSERT INTO o SELECT a FROM t;",
+            r"table 't': the 'kafka' connector does not take a PRIMARY KEY \(as in Flink",
+        ),
+        (
+            "CREATE TABLE t (a INT) WITH ('connector' = 'kafka', 'properties.bootstrap.servers' = 'h:9092', "
+            "'topic' = 't', 'sink.partitioner' = 'fixed');",
+            r"table 't': option 'sink.partitioner' is not supported: keyflow's Kafka sink partitions as Kafka's",
         ),
         (
             "CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'fields.b.min' = '1');",

@@ -139,10 +139,13 @@ class LocalBroker:
             if self.process.poll() is not None:
                 raise EngineError(f"the Kafka broker exited with {self.process.returncode}; see {self.log_file}")
             try:
-                admin.list_topics(timeout=1)
-                return
+                topics = admin.list_topics(timeout=1).topics.values()
             except Exception:  # not listening yet
                 time.sleep(0.2)
+                continue
+            if all(p.leader >= 0 for topic in topics for p in topic.partitions.values()):
+                return  # after a restart: every partition has its leader again
+            time.sleep(0.2)
         self.stop()
         raise EngineError(f"the Kafka broker did not start within {timeout:.0f} s; see {self.log_file}")
 

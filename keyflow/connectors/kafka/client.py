@@ -38,14 +38,18 @@ def unreachable(client: Client, error: object) -> ExternalSystemError:
 
 
 _RETRIABLE = {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "LEADER_NOT_AVAILABLE",
-              "NOT_LEADER_FOR_PARTITION", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT"}  # fmt: skip
+              "NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "REQUEST_TIMED_OUT", "NETWORK_EXCEPTION",
+              "_NOENT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_WAIT_COORD"}  # fmt: skip
 _T = TypeVar("_T")
 
 
-def retrying(client: Client, call: Callable[[], _T], backoff: float = 0.1) -> _T:
+def retrying(
+    client: Client, call: Callable[[], _T], backoff: float = 0.1, on_retry: Callable[[], None] | None = None
+) -> _T:
     """``call()``, again with growing pauses while the brokers answer with a retriable error
     (a coordinator still loading, a leader moving: a broker restarting), for at most the client's
-    timeout; then the last error."""
+    timeout; then the last error. ``on_retry`` runs before each retry (e.g. a fresh client:
+    one may keep stale leaders after a broker restart)."""
     deadline = time.monotonic() + client.timeout_s
     while True:
         try:
@@ -56,6 +60,8 @@ def retrying(client: Client, call: Callable[[], _T], backoff: float = 0.1) -> _T
             if not retriable or time.monotonic() + backoff > deadline:
                 raise
             time.sleep(backoff)
+            if on_retry is not None:
+                on_retry()
             backoff = min(backoff * 2, 2.0)
 
 
@@ -65,6 +71,9 @@ class Brokers:
     def __init__(self, client: Client) -> None:
         self.client = client
         self.admin = AdminClient(client.config())
+
+    def _reconnect(self) -> None:
+        self.admin = AdminClient(self.client.config())
 
     def metadata(self, topic: str | None = None) -> ClusterMetadata:
         try:
@@ -96,9 +105,13 @@ class Brokers:
             return {}
         level = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
         request = {TopicPartition(topic, partition): spec for topic, partition in splits}
-        try:
+
+        def listed() -> dict[Split, int]:
             futures = self.admin.list_offsets(request, isolation_level=level, request_timeout=self.client.timeout_s)
             return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+
+        try:
+            return retrying(self.client, listed, on_retry=self._reconnect)
         except KafkaException as error:
             raise unreachable(self.client, error.args[0]) from None
 
@@ -115,7 +128,7 @@ class Brokers:
             return next(iter(futures.values())).result()
 
         try:
-            listed = retrying(self.client, offsets)
+            listed = retrying(self.client, offsets, on_retry=self._reconnect)
         except KafkaException as error:
             raise unreachable(self.client, error.args[0]) from None
         return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions if tp.offset >= 0}

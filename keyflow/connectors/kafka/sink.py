@@ -57,6 +57,7 @@ class KafkaSink:
             )
         self.transactional_id = transactional_id_prefix
         self.staging: str | None = None
+        self._transactions: _Transactions | None = None
 
     @property
     def append_only(self) -> bool:
@@ -131,7 +132,10 @@ class KafkaSink:
         from keyflow.paths import exists, filesystem
 
         files, path = filesystem(staged)
-        with _Transactions(self) as transactions:
+        if self._transactions is None:  # one producer per run: init_transactions fences the last one
+            self._transactions = _Transactions(self).open()
+        transactions = self._transactions
+        try:
             if transactions.published() > batch:
                 log.info("Kafka sink %r: micro-batch %d was published before", self.topic, batch)
             elif not exists(files, path):
@@ -142,15 +146,25 @@ class KafkaSink:
                 )
             else:
                 transactions.publish(pq.read_table(staged, filesystem=files), batch)
+        except BaseException:
+            self._transactions = None  # a new producer aborts whatever this one left open
+            transactions.close()
+            raise
         if exists(files, path):
             files.delete_dir(path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_transactions": None}  # clients stay in the driver
 
     def reset(self) -> None:
         """A new checkpoint: its micro-batches count from 0 again, so the marker is removed
         (records already in the topic stay: Kafka cannot take them back)."""
         if self.delivery_guarantee == "exactly-once":
-            with _Transactions(self, transactional=False) as transactions:
-                transactions.forget()
+            marker = _Transactions(self, transactional=False).open()
+            try:
+                marker.forget()
+            finally:
+                marker.close()
 
     def discard_after(self, batch: int) -> None:
         """Records of later micro-batches cannot be taken back from Kafka; the marker keeps them
@@ -213,7 +227,7 @@ class _Transactions:
         self.sink, self.transactional = sink, transactional
         self.marker = f"{sink.transactional_id}-{_PUBLISHED}"
 
-    def __enter__(self) -> _Transactions:
+    def open(self) -> _Transactions:
         from confluent_kafka import Consumer, KafkaException, Producer
 
         client = self.sink.client
@@ -229,7 +243,7 @@ class _Transactions:
                 raise self._failed(error) from None
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
         self.consumer.close()
 
     def _failed(self, error: Exception) -> ExternalSystemError:
