@@ -96,7 +96,7 @@ def test_kafka_to_kafka_exactly_once_across_a_restart_a_live_rescale_new_partiti
 
 
 @pytest.mark.jvm
-def test_malformed_records_fail_naming_topic_partition_and_offset_or_are_skipped(
+def test_malformed_records_fail_naming_topic_partition_and_offset_or_are_skipped_or_dead_letters(
     kafka_broker: LocalBroker, tmp_path: Path
 ) -> None:
     servers = kafka_broker.bootstrap_servers
@@ -108,19 +108,25 @@ def test_malformed_records_fail_naming_topic_partition_and_offset_or_are_skipped
         [(None, value) for value in good[:3]] + [(None, b'{"user": "x", "amo')] + [(None, value) for value in good[3:]],
     )
 
-    def run(ignore: bool, name: str) -> Pipeline:
+    def run(name: str, **options: object) -> Pipeline:
         p = Pipeline(config=config(1))
-        source = kafka("dirty", bootstrap_servers=servers, schema=SCHEMA, startup_mode="earliest-offset",
-                       ignore_parse_errors=ignore)  # fmt: skip
+        source = kafka("dirty", bootstrap_servers=servers, schema=SCHEMA, startup_mode="earliest-offset", **options)
         p.source(source).sink(parquet(str(tmp_path / name)))
         return p
 
     with pytest.raises(DataError, match=r"topic 'dirty' partition 0, the first at offset 3: b'\{\"user\": \"x\""):
-        run(False, "failed").run(str(tmp_path / "ckpt-fail"), available_now=True)
+        run("failed").run(str(tmp_path / "ckpt-fail"), available_now=True)
     assert not list((tmp_path / "failed").glob("part-*"))  # nothing committed
-    run(True, "skipped").run(str(tmp_path / "ckpt-skip"), available_now=True)
-    got = pd.read_parquet(tmp_path / "skipped").sort_values("seq")
-    assert got["seq"].tolist() == list(range(5))
+    run("skipped", ignore_parse_errors=True).run(str(tmp_path / "ckpt-skip"), available_now=True)
+    assert pd.read_parquet(tmp_path / "skipped").sort_values("seq")["seq"].tolist() == list(range(5))
+    run("kept", dead_letters=parquet(str(tmp_path / "letters"))).run(str(tmp_path / "ckpt-kept"), available_now=True)
+    assert pd.read_parquet(tmp_path / "kept").sort_values("seq")["seq"].tolist() == list(range(5))
+    letters = pd.read_parquet(tmp_path / "letters")
+    assert letters[["topic", "partition", "offset"]].to_dict("records") == [
+        {"topic": "dirty", "partition": 0, "offset": 3}
+    ]
+    assert letters["value"].iloc[0] == b'{"user": "x", "amo'
+    assert letters["error"].iloc[0] == "not a json record of the source's columns"
 
 
 @pytest.mark.jvm

@@ -134,6 +134,18 @@ class ChangelogSource(Protocol):
 
 
 SPLIT_COLUMN = "__keyflow_split"
+MALFORMED_COLUMN = "__keyflow_malformed"
+"""A source's hidden column: null, or a struct describing a malformed record (its row's other
+columns are null); the runtime sends those rows to the source's dead-letter sink."""
+
+
+@runtime_checkable
+class HasDeadLetters(Protocol):
+    """A source that sends records it cannot decode to a sink (``dead_letters``; None: it fails
+    or skips them) as rows of ``MALFORMED_COLUMN``'s fields."""
+
+    @property
+    def dead_letters(self) -> Sink | None: ...
 
 
 @runtime_checkable

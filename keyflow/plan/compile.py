@@ -23,7 +23,7 @@ from keyflow.config import (
     Config,
     auto_parallelism_bounds,
 )
-from keyflow.connectors.base import SplitSource, changelog_mode
+from keyflow.connectors.base import HasDeadLetters, SplitSource, changelog_mode
 from keyflow.errors import KeyflowError, PlanError
 from keyflow.keygroups import default_max_parallelism, split_key_groups
 from keyflow.plan.columns import column_problems
@@ -120,6 +120,10 @@ class CompiledPlan:
     def outputs(self) -> dict[str, tuple[str, Any]]:
         """Every sink a run writes to, dead-letter sinks included: uid -> (label, sink)."""
         found = {self.uid(sink.id): (sink.name, sink.sink) for sink in self.sinks}
+        for source in self.sources:
+            letters = source.source.dead_letters if isinstance(source.source, HasDeadLetters) else None
+            if letters is not None:
+                found[f"{self.uid(source.id)}/dead-letters"] = (f"dead letters of {source.name!r}", letters)
         for uid, node in self.keyed_nodes().items():
             if node.on_null is not None:
                 found[f"{uid}/dead-letters"] = (f"dead letters of {node.name!r}", node.on_null)

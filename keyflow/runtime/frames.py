@@ -16,8 +16,10 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from pyspark import Accumulator, Broadcast
 from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 
 from keyflow.config import NULL_KEYS, PIPELINE_NAME, PRE_KEYED_VERIFY, STATE_TTL
+from keyflow.connectors.base import MALFORMED_COLUMN, HasDeadLetters
 from keyflow.errors import DataError, NullKeysError, PlanError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import nodes
@@ -47,10 +49,10 @@ MAX_SIDE_INPUT_BYTES = 1 << 30  # a broadcast side input is collected on the dri
 
 @dataclass(frozen=True)
 class DeadLetters:
-    """Rows an operator could not place (null keys, late rows) for the sink of ``kind``
+    """Rows an operator could not place (null keys, late rows, a source's malformed records) for the sink of ``kind``
     (its uid is the operator's ``<uid>/<kind>``)."""
 
-    node: nodes.KeyedNode
+    node: nodes.Node
     kind: str
     sink: Any
     rows: DataFrame
@@ -102,11 +104,11 @@ class FrameBuilder:
         node, operator = self.plan.nodes[node_id], self.plan.operator(node_id)
         parallelism = operator.parallelism
         if node_id in self._sources:
-            frame = self._sources[node_id]
+            frame = self._without_malformed(node, self._sources[node_id])
         elif isinstance(node, nodes.SourceNode):
             read = node.source.read
             parallelism = (node.parallelism is None and self._source_parallelism) or operator.parallelism
-            frame = self.guarded(lambda: read(self.spark, parallelism), node)
+            frame = self._without_malformed(node, self.guarded(lambda: read(self.spark, parallelism), node))
         elif isinstance(node, nodes.UnionNode):
             frame = self._union(node, parallelism)
         elif isinstance(node, nodes.LookupJoinNode):
@@ -148,6 +150,17 @@ class FrameBuilder:
         self._frames[node_id] = frame
         self.parallelism[node_id] = self._decided.get(node_id, parallelism)
         return frame
+
+    def _without_malformed(self, node: nodes.Node, frame: DataFrame) -> DataFrame:
+        """A source's rows; the records it could not decode go to its dead-letter sink."""
+        if MALFORMED_COLUMN not in frame.columns:
+            return frame
+        assert isinstance(node, nodes.SourceNode)
+        assert isinstance(node.source, HasDeadLetters)
+        malformed = F.col(MALFORMED_COLUMN).isNotNull()
+        letters = frame.where(malformed).select(f"{MALFORMED_COLUMN}.*")
+        self._dead_letters.append(DeadLetters(node, "dead-letters", node.source.dead_letters, letters))
+        return frame.where(~malformed).drop(MALFORMED_COLUMN)
 
     def _names(self, node: nodes.Node) -> tuple[str, str]:
         """The operator names of a two-input operator's inputs, for errors."""

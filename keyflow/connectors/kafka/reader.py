@@ -21,7 +21,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from keyflow.changelog import OFFSET
-from keyflow.connectors.base import SPLIT_COLUMN
+from keyflow.connectors.base import MALFORMED_COLUMN, SPLIT_COLUMN
 from keyflow.connectors.kafka.client import Brokers, Split, parse_split, split_name, unreachable
 from keyflow.connectors.kafka.formats import assemble, decode_aligned
 from keyflow.connectors.kafka.options import Client, Formats, Startup
@@ -31,6 +31,11 @@ from keyflow.keygroups import KEY_GROUP_COLUMN
 
 FORMAT = "keyflow-kafka"
 _CHUNK = 50_000  # records decoded per Arrow call
+MALFORMED_TYPE = pa.struct(
+    [("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.binary()),
+     ("value", pa.binary()), ("error", pa.string())]
+)  # fmt: skip
+MALFORMED_DDL = "STRUCT<topic: STRING, partition: INT, offset: BIGINT, key: BINARY, value: BINARY, error: STRING>"
 
 
 class ReadSpec:
@@ -44,6 +49,7 @@ class ReadSpec:
         self.formats = Formats(**spec["formats"])
         self.columns: list[str] = spec["columns"]
         self.upsert: bool = spec["upsert"]
+        self.dead_letters: bool = spec["dead_letters"]
         self.where: str = spec["where"]
 
     @property
@@ -248,21 +254,47 @@ def _decoded(spec: ReadSpec, schema: pa.Schema, split: Split, records: list[Any]
         key_schema = pa.schema([fields.field(name) for name in formats.key_fields])
         keys, bad_keys, _ = decode_aligned([record.key() for record in records], formats.key, key_schema)
         bad |= bad_keys
-    if bad.any() and not formats.ignore_parse_errors:
+    if bad.any() and not formats.ignore_parse_errors and not spec.dead_letters:
         first = records[int(np.argmax(bad))]
         shown = (first.value() or first.key() or b"")[:120]
         raise DataError(
             f"{spec.where}: {int(bad.sum())} malformed {formats.value} record(s) in topic {split[0]!r} partition "
             f"{split[1]}, the first at offset {first.offset()}: {shown!r}. Nothing of the micro-batch was committed; "
-            f"fix the producer, or set '{formats.value}.ignore-parse-errors' = 'true' to skip such records"
+            f"fix the producer, send them to dead letters (dead_letters=parquet(...)), or set "
+            f"'{formats.value}.ignore-parse-errors' = 'true' to skip them"
         )
-    keep = pa.array(~bad & (has_value | spec.upsert))
-    missing = pa.array(~has_value).filter(keep)
-    table = assemble(fields, values.filter(keep), None if keys is None else keys.filter(keep), missing)
+    keep = ~bad & (has_value | spec.upsert)
+    if spec.dead_letters:
+        keep |= bad
+    kept = pa.array(keep)
+    missing = pa.array(~has_value).filter(kept)
+    table = assemble(fields, values.filter(kept), None if keys is None else keys.filter(kept), missing)
     if spec.upsert:
-        offsets = pa.array([record.offset() for record in records], pa.int64()).filter(keep)
+        offsets = pa.array([record.offset() for record in records], pa.int64()).filter(kept)
         table = table.append_column(OFFSET, offsets)
+    if spec.dead_letters:
+        table = table.append_column(MALFORMED_COLUMN, _malformed(split, records, bad, formats.value).filter(kept))
     return table
+
+
+def _malformed(split: Split, records: list[Any], bad: np.ndarray, format: str) -> pa.Array:
+    """Per record: null, or where a malformed one came from, its bytes and why (dead letters)."""
+    chosen = np.flatnonzero(bad)
+    picked = [records[i] for i in chosen]
+    rows = pa.StructArray.from_arrays(
+        [
+            pa.array([split[0]] * len(picked), pa.string()),
+            pa.array([split[1]] * len(picked), pa.int32()),
+            pa.array([record.offset() for record in picked], pa.int64()),
+            pa.array([record.key() for record in picked], pa.binary()),
+            pa.array([record.value() for record in picked], pa.binary()),
+            pa.array([f"not a {format} record of the source's columns"] * len(picked), pa.string()),
+        ],
+        fields=list(MALFORMED_TYPE),
+    )
+    position = np.full(len(records), -1, np.int64)
+    position[chosen] = np.arange(len(chosen))
+    return rows.take(pa.array(position, mask=position < 0))
 
 
 class KafkaDataSource(DataSource):

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from keyflow.changelog import OFFSET
+from keyflow.connectors.base import Sink
 from keyflow.connectors.kafka.options import Client, Formats, Startup, specific_offsets, split_list
 from keyflow.errors import PlanError, positive_option
 from keyflow.schemas import Type, schema_columns
@@ -37,6 +38,7 @@ class KafkaSource:
         formats: Formats,
         rows_per_batch: int | None = None,
         primary_key: tuple[str, ...] = (),
+        dead_letters: Sink | None = None,
     ) -> None:
         if bool(topics) == (pattern is not None):
             raise PlanError(
@@ -62,6 +64,9 @@ class KafkaSource:
                 "it, or start at 'earliest-offset' or 'latest-offset'"
             )
         positive_option(rows_per_batch, "Kafka scan.rows-per-batch")
+        if dead_letters is not None and not isinstance(dead_letters, Sink):
+            raise PlanError(f"{where}: dead_letters={dead_letters!r} is not a sink; pass e.g. parquet('out/malformed')")
+        self.dead_letters = dead_letters
         self.topics, self.pattern, self.schema, self.columns = topics, pattern, schema, columns
         self.client, self.startup, self.formats = client, startup, formats
         self.rows_per_batch, self.primary_key = rows_per_batch, primary_key
@@ -88,6 +93,8 @@ class KafkaSource:
             described.update({"key.format": self.formats.key, "key.fields": ";".join(self.formats.key_fields)})
         if self.primary_key:
             described.update(changelog_mode="upsert", primary_key=list(self.primary_key))
+        if self.dead_letters is not None:
+            described["dead_letters"] = self.dead_letters.describe()
         return described
 
     def column_names(self) -> tuple[str, ...]:
@@ -121,18 +128,20 @@ class KafkaSource:
                 self.where, splits, parallelism, parallelism - splits,
             )  # fmt: skip
         register(spark)
-        from keyflow.connectors.base import SPLIT_COLUMN
+        from keyflow.connectors.base import MALFORMED_COLUMN, SPLIT_COLUMN
+        from keyflow.connectors.kafka.reader import MALFORMED_DDL
         from keyflow.keygroups import KEY_GROUP_COLUMN
 
         hidden = [(OFFSET, "BIGINT", bool(self.primary_key)), (KEY_GROUP_COLUMN, "INT", layout is not None)]
         hidden.append((SPLIT_COLUMN, "INT", split_column))
+        hidden.append((MALFORMED_COLUMN, MALFORMED_DDL, self.dead_letters is not None))
         ddl = ", ".join([self.schema, *(f"`{name}` {kind}" for name, kind, wanted in hidden if wanted)])
         spec = {
             "topics": list(self.topics), "pattern": self.pattern, "servers": self.client.bootstrap_servers,
             "properties": self.client.properties, "timeout_s": self.client.timeout_s, "startup": self.startup.mode,
             "timestamp_ms": self.startup.timestamp_ms, "offsets": self.startup.specific_offsets,
             "formats": asdict(self.formats), "columns": list(self.columns), "upsert": bool(self.primary_key),
-            "where": self.where,
+            "where": self.where, "dead_letters": self.dead_letters is not None,
         }  # fmt: skip
         options = {"spec": json.dumps(spec), "ddl": ddl, "partitions": str(parallelism)}
         if layout is not None:
@@ -162,11 +171,13 @@ def kafka(
     properties: dict[str, str] | None = None,
     rows_per_batch: int | None = None,
     timeout_s: float = 30.0,
+    dead_letters: Sink | None = None,
 ) -> KafkaSource:
     """Read Kafka topics (Flink's ``kafka`` connector; each option is named after Flink's:
     ``startup_mode`` is ``scan.startup.mode``, ``properties`` are ``properties.*``). ``schema``
     is a DDL column list; records decode with ``format`` (json, csv, raw). Unbounded; each
-    partition is a split, its offsets kept in the checkpoint."""
+    partition is a split, its offsets kept in the checkpoint. ``dead_letters``: a sink for
+    records that do not decode (topic, partition, offset, key, value, error)."""
     return KafkaSource(
         split_list(topic),
         topic_pattern,
@@ -175,6 +186,7 @@ def kafka(
         Startup(startup_mode, startup_timestamp_millis, specific_offsets(startup_specific_offsets or "")),
         Formats(format, key_format, split_list(key_fields), value_fields_include, ignore_parse_errors),
         rows_per_batch,
+        dead_letters=dead_letters,
     )
 
 
@@ -191,6 +203,7 @@ def upsert_kafka(
     properties: dict[str, str] | None = None,
     rows_per_batch: int | None = None,
     timeout_s: float = 30.0,
+    dead_letters: Sink | None = None,
 ) -> KafkaSource:
     """Read a compacted topic as a changelog by ``primary_key`` (Flink's ``upsert-kafka``): a
     record replaces its key's row, a tombstone (a null value) deletes it. Always read from the
@@ -205,4 +218,5 @@ def upsert_kafka(
         Formats(value_format, key_format, keys, value_fields_include, ignore_parse_errors),
         rows_per_batch,
         primary_key=keys,
+        dead_letters=dead_letters,
     )
