@@ -26,6 +26,8 @@ bench: $(STAMP)
 	$(VENV)/bin/python -m bench.pre_keyed
 	$(VENV)/bin/python -m bench.adaptive_batch
 	$(VENV)/bin/python -m bench.checkpoint_integrity
+	scripts/fetch-jvm.sh
+	$(VENV)/bin/python -m bench.kafka
 
 $(STAMP): requirements.lock pyproject.toml scripts/bootstrap.sh
 	scripts/bootstrap.sh
