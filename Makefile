@@ -12,7 +12,7 @@ demo: $(STAMP)
 	$(VENV)/bin/keyflow run examples/clickstream.py
 
 test: $(STAMP)
-	scripts/fetch-jvm.sh
+	scripts/fetch-jvm.sh kafka
 	scripts/test.sh
 
 check: $(STAMP)

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Fetch the pinned JVM artifacts of jvm/*/pom.xml from Maven Central into .jvm/<name>/ (ignored).
-# `make test` runs it (the tests start a real Kafka broker); `make demo` does not need it.
+# Fetch the pinned JVM artifacts of jvm/<name>/pom.xml from Maven Central into .jvm/<name>/ (ignored):
+#   scripts/fetch-jvm.sh kafka    the Kafka broker the tests start (make test)
+#   scripts/fetch-jvm.sh          every one, also Spark's Kafka connector for bench/kafka.py (make bench)
+# `make demo` needs none of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for pom in jvm/*/pom.xml; do
+poms=(jvm/*/pom.xml)
+if [ $# -gt 0 ]; then poms=("${@/#/jvm/}"); poms=("${poms[@]/%//pom.xml}"); fi
+for pom in "${poms[@]}"; do
   name=$(basename "$(dirname "$pom")")
   target=.jvm/$name
   if [ -f "$target/.fetched" ] && [ "$target/.fetched" -nt "$pom" ]; then continue; fi

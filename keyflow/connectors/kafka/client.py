@@ -37,9 +37,12 @@ def unreachable(client: Client, error: object) -> ExternalSystemError:
     )
 
 
+# Errors of a broker that is restarting or moving leaders: the call is repeated.
 _RETRIABLE = {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "LEADER_NOT_AVAILABLE",
-              "NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "REQUEST_TIMED_OUT", "NETWORK_EXCEPTION",
-              "_NOENT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_WAIT_COORD"}  # fmt: skip
+              "NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH",
+              "OFFSET_NOT_AVAILABLE", "REPLICA_NOT_AVAILABLE", "BROKER_NOT_AVAILABLE", "KAFKA_STORAGE_ERROR",
+              "REQUEST_TIMED_OUT", "NETWORK_EXCEPTION", "_NOENT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT",
+              "_WAIT_COORD"}  # fmt: skip
 _T = TypeVar("_T")
 
 
