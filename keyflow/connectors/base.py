@@ -165,6 +165,16 @@ class SplitSource(Protocol):
         ...
 
 
+@runtime_checkable
+class MarksDeletes(Protocol):
+    """An upsert changelog source that tells a delete itself (a Kafka tombstone: a record
+    without a value) in a ``keyflow.changelog.DELETED`` column, instead of by its non-key
+    columns being all null."""
+
+    @property
+    def marks_deletes(self) -> bool: ...
+
+
 def changelog_mode(source: object) -> str:
     """``insert`` for a source that is no changelog."""
     return source.changelog_mode if isinstance(source, ChangelogSource) else "insert"

@@ -23,6 +23,7 @@ from keyflow.connectors.base import (
     DeclaresTypes,
     KnowsColumns,
     KnowsTypes,
+    MarksDeletes,
     Sink,
     Source,
     is_unbounded,
@@ -169,6 +170,10 @@ class PlanBuilder:
     def _normalized(self, node_id: int, source: ChangelogSource, label: str, parallelism: int | None) -> int:
         """Rows routed by the primary key's key group, each key's previous row in keyed state."""
         keys = tuple(source.primary_key)
+        if isinstance(source, MarksDeletes) and source.marks_deletes:
+            return self._add(
+                nodes.NormalizeNode, (node_id,), f"normalize {label}", None, keys=keys, mode=source.changelog_mode
+            )
         if source.changelog_mode == "all":
             # As Flink's ChangelogNormalize: -U and -D delete the key; a +U after -U (the newest) upserts it.
             deleted = f"{OP} IN ('-U', '-D')"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,6 +59,7 @@ class LocalBroker:
     """``with LocalBroker() as broker: broker.bootstrap_servers`` — started, then always stopped."""
 
     def __init__(self, directory: str | Path | None = None, port: int | None = None, heap: str = "512m") -> None:
+        self._owns_directory = directory is None  # a temporary one is removed by stop()
         self.directory = Path(directory or tempfile.mkdtemp(prefix="keyflow-kafka-"))
         self.port = port or free_port()
         self.controller_port = free_port()
@@ -196,3 +198,5 @@ class LocalBroker:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.stop()
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)

@@ -12,7 +12,7 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPar
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from keyflow.connectors.kafka.options import Client
-from keyflow.errors import ExternalSystemError
+from keyflow.errors import ExternalSystemError, PlanError
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import ClusterMetadata
@@ -46,6 +46,10 @@ _RETRIABLE = {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NO
 _T = TypeVar("_T")
 
 
+def is_retriable(code: object) -> bool:
+    return isinstance(code, KafkaError) and (code.retriable() or code.name() in _RETRIABLE)
+
+
 def retrying(
     client: Client, call: Callable[[], _T], backoff: float = 0.1, on_retry: Callable[[], None] | None = None
 ) -> _T:
@@ -58,9 +62,7 @@ def retrying(
         try:
             return call()
         except KafkaException as error:
-            code = error.args[0]
-            retriable = isinstance(code, KafkaError) and (code.retriable() or code.name() in _RETRIABLE)
-            if not retriable or time.monotonic() + backoff > deadline:
+            if not is_retriable(error.args[0]) or time.monotonic() + backoff > deadline:
                 raise
             time.sleep(backoff)
             if on_retry is not None:
@@ -68,15 +70,26 @@ def retrying(
             backoff = min(backoff * 2, 2.0)
 
 
+def admin_client(client: Client) -> AdminClient:
+    try:
+        return AdminClient(client.config())
+    except KafkaException as error:
+        raise PlanError(
+            f"Kafka client properties {sorted(client.properties)}: {error.args[0]}; keyflow's client is librdkafka, "
+            "whose properties are mostly the Java client's but not all (e.g. sasl.jaas.config: use sasl.username "
+            "and sasl.password): see librdkafka's CONFIGURATION.md"
+        ) from None
+
+
 class Brokers:
     """A driver-side admin connection; every call is bounded by the client's timeout."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self.admin = AdminClient(client.config())
+        self.admin = admin_client(client)
 
     def _reconnect(self) -> None:
-        self.admin = AdminClient(self.client.config())
+        self.admin = admin_client(self.client)
 
     def metadata(self, topic: str | None = None) -> ClusterMetadata:
         try:

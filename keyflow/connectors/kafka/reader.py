@@ -20,9 +20,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from keyflow.changelog import OFFSET
+from keyflow.changelog import DELETED, OFFSET
 from keyflow.connectors.base import MALFORMED_COLUMN, SPLIT_COLUMN
-from keyflow.connectors.kafka.client import Brokers, Split, parse_split, split_name, unreachable
+from keyflow.connectors.kafka.client import Brokers, Split, is_retriable, parse_split, split_name, unreachable
 from keyflow.connectors.kafka.formats import assemble, decode_aligned
 from keyflow.connectors.kafka.options import Client, Formats, Startup
 from keyflow.connectors.splits import limited_ends, map_new_splits, pre_keyed_ranges, spread_ranges
@@ -227,6 +227,8 @@ def _split_records(consumer: Any, spec: ReadSpec, split: Split, first: int, end:
             for message in messages:
                 error = message.error()
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    if is_retriable(error) and time.monotonic() < deadline:
+                        continue  # a broker restarting: the consumer reconnects and fetches again
                     raise unreachable(spec.client, error.str())
                 if error is not None and message.offset() >= end:
                     position = end  # the end of the range is a transaction marker
@@ -271,7 +273,7 @@ def _decoded(spec: ReadSpec, schema: pa.Schema, split: Split, records: list[Any]
     table = assemble(fields, values.filter(kept), None if keys is None else keys.filter(kept), missing)
     if spec.upsert:
         offsets = pa.array([record.offset() for record in records], pa.int64()).filter(kept)
-        table = table.append_column(OFFSET, offsets)
+        table = table.append_column(OFFSET, offsets).append_column(DELETED, missing)
     if spec.dead_letters:
         table = table.append_column(MALFORMED_COLUMN, _malformed(split, records, bad, formats.value).filter(kept))
     return table

@@ -22,13 +22,16 @@ from keyflow.changelog import OP
 from keyflow.connectors.base import Moves
 from keyflow.connectors.kafka.client import retrying
 from keyflow.connectors.kafka.options import DELIVERY_GUARANTEES, Client, Formats, choice, split_list
-from keyflow.errors import ExternalSystemError, PlanError, WorkerError
+from keyflow.errors import ExternalSystemError, PlanError, RestoreError, WorkerError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger("keyflow")
 KEY, VALUE = "__kafka_key", "__kafka_value"
+# A micro-batch's transaction may stay open this long: the brokers' default transaction.max.timeout.ms
+# (Flink's KafkaSink asks 1 h, which needs that raised); 'properties.transaction.timeout.ms' overrides.
+TRANSACTION_TIMEOUT_MS = 900_000
 _PUBLISHED = "published"
 
 
@@ -136,14 +139,10 @@ class KafkaSink:
             self._transactions = _Transactions(self).open()
         transactions = self._transactions
         try:
-            if transactions.published() > batch:
+            # Staged files are removed only after their transaction committed: none left means
+            # published (the marker's offset may have expired: offsets.retention.minutes).
+            if not exists(files, path) or transactions.published() > batch:
                 log.info("Kafka sink %r: micro-batch %d was published before", self.topic, batch)
-            elif not exists(files, path):
-                raise ExternalSystemError(
-                    f"Kafka sink {self.topic!r}: committed micro-batch {batch} is neither published (marker group "
-                    f"{transactions.marker!r} is at {transactions.published()}) nor staged at {staged}; the checkpoint "
-                    "was moved without its staged output, or the marker group was deleted. Start a new checkpoint"
-                )
             else:
                 transactions.publish(pq.read_table(staged, filesystem=files), batch)
         except BaseException:
@@ -160,16 +159,27 @@ class KafkaSink:
         """A new checkpoint: its micro-batches count from 0 again, so the marker is removed
         (records already in the topic stay: Kafka cannot take them back)."""
         if self.delivery_guarantee == "exactly-once":
-            marker = _Transactions(self, transactional=False).open()
+            marker = _Transactions(self).open()  # fences a producer a crash left, then forgets the marker
             try:
                 marker.forget()
             finally:
                 marker.close()
 
     def discard_after(self, batch: int) -> None:
-        """Records of later micro-batches cannot be taken back from Kafka; the marker keeps them
-        from being published twice when those micro-batches run again."""
-        return None
+        """Kafka cannot take records back: a checkpoint older than what this sink published
+        (rolled back, or restored from a copy) is refused rather than its micro-batches written
+        twice or skipped."""
+        if self.delivery_guarantee != "exactly-once":
+            return
+        if self._transactions is None:
+            self._transactions = _Transactions(self).open()
+        published = self._transactions.published()
+        if published > batch + 1:
+            raise RestoreError(
+                f"Kafka sink {self.topic!r} published micro-batches up to {published - 1}, but the checkpoint ends at "
+                f"{batch}: Kafka cannot take records back, so the micro-batches in between would be written twice or "
+                f"lost; roll back no further than version {published - 1}, or start a new checkpoint (and topic)"
+            )
 
     def _producer_config(self) -> dict[str, Any]:
         acks = "0" if self.delivery_guarantee == "none" else "all"
@@ -223,8 +233,8 @@ def _send(producer: Any, topic: str, batch: Any, delivered: Any = None) -> int:
 class _Transactions:
     """The driver's transactional producer of an exactly-once sink and its marker group."""
 
-    def __init__(self, sink: KafkaSink, transactional: bool = True) -> None:
-        self.sink, self.transactional = sink, transactional
+    def __init__(self, sink: KafkaSink) -> None:
+        self.sink = sink
         self.marker = f"{sink.transactional_id}-{_PUBLISHED}"
 
     def open(self) -> _Transactions:
@@ -232,15 +242,17 @@ class _Transactions:
 
         client = self.sink.client
         self.consumer = Consumer(client.config(**{"group.id": self.marker, "enable.auto.commit": False}))
-        self.producer = None
-        if self.transactional:
-            config = {**self.sink._producer_config(), "transactional.id": self.sink.transactional_id}
-            self.producer = Producer(config)
-            producer = self.producer
-            try:  # fences an older producer with this id and aborts its open transaction
-                retrying(client, lambda: producer.init_transactions(client.timeout_s))
-            except KafkaException as error:
-                raise self._failed(error) from None
+        config = {
+            **self.sink._producer_config(),
+            "transactional.id": self.sink.transactional_id,
+            "transaction.timeout.ms": client.properties.get("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS),
+        }
+        self.producer = Producer(config)
+        producer = self.producer
+        try:  # fences an older producer with this id and aborts its open transaction
+            retrying(client, lambda: producer.init_transactions(client.timeout_s))
+        except KafkaException as error:
+            raise self._failed(error) from None
         return self
 
     def close(self) -> None:
@@ -269,7 +281,6 @@ class _Transactions:
     def publish(self, records: Any, batch: int) -> None:
         from confluent_kafka import KafkaException, TopicPartition
 
-        assert self.producer is not None
         producer, topic = self.producer, self.sink.topic
         try:
             producer.begin_transaction()

@@ -9,7 +9,7 @@ import logging
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from keyflow.changelog import OFFSET
+from keyflow.changelog import DELETED, OFFSET
 from keyflow.connectors.base import Sink
 from keyflow.connectors.kafka.options import Client, Formats, Startup, specific_offsets, split_list
 from keyflow.errors import PlanError, positive_option
@@ -77,6 +77,11 @@ class KafkaSource:
         return f"topic-pattern {pattern!r}" if pattern is not None else f"topic {';'.join(topics)!r}"
 
     @property
+    def marks_deletes(self) -> bool:
+        """upsert-kafka: a tombstone deletes its key (as Flink), not a record with null columns."""
+        return bool(self.primary_key)
+
+    @property
     def changelog_mode(self) -> str:
         return "upsert" if self.primary_key else "insert"
 
@@ -132,7 +137,12 @@ class KafkaSource:
         from keyflow.connectors.kafka.reader import MALFORMED_DDL
         from keyflow.keygroups import KEY_GROUP_COLUMN
 
-        hidden = [(OFFSET, "BIGINT", bool(self.primary_key)), (KEY_GROUP_COLUMN, "INT", layout is not None)]
+        upsert = bool(self.primary_key)
+        hidden = [
+            (OFFSET, "BIGINT", upsert),
+            (DELETED, "BOOLEAN", upsert),
+            (KEY_GROUP_COLUMN, "INT", layout is not None),
+        ]
         hidden.append((SPLIT_COLUMN, "INT", split_column))
         hidden.append((MALFORMED_COLUMN, MALFORMED_DDL, self.dead_letters is not None))
         ddl = ", ".join([self.schema, *(f"`{name}` {kind}" for name, kind, wanted in hidden if wanted)])
