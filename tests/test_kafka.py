@@ -18,6 +18,7 @@ from keyflow import (
     ExternalSystemError,
     Pipeline,
     PlanError,
+    RestoreError,
     kafka,
     kafka_sink,
     parquet,
@@ -28,6 +29,7 @@ from keyflow.connectors.kafka.options import Client, Formats, Startup
 from keyflow.connectors.kafka.source import KafkaSource
 from keyflow.runtime.kafka_broker import LocalBroker
 from keyflow.state.checkpoint import Checkpoint
+from keyflow.state.rollback import plan_rollback
 from tests.kafka import produce, produce_raw, read_topic, upserted, values_frame
 from tests.streams import TOTAL_SCHEMA, TOTAL_STATE, config, events, expected_totals, running_total
 
@@ -308,6 +310,7 @@ def test_sql_upsert_kafka_changelog_into_an_exactly_once_upsert_kafka_aggregate(
     pipeline = Pipeline(config=config(2))
     pipeline.sql(script)
     pipeline.run(str(tmp_path / "ckpt"), available_now=True)
+    first_run = Checkpoint(str(tmp_path / "ckpt")).manifests.versions()[-1]
     history.append(account_changes(52, 400, 1_500))
     history[-1].loc[history[-1]["region"] == "r0", "balance"] = None  # every r0 account it touches is deleted
     produce_changes(servers, "accounts", history[-1])
@@ -323,6 +326,11 @@ def test_sql_upsert_kafka_changelog_into_an_exactly_once_upsert_kafka_aggregate(
         region: {"region": region, "accounts": int(row.accounts), "total": int(row.total)}
         for region, row in expected.iterrows()
     }
+    plan_rollback(Checkpoint(str(tmp_path / "ckpt")), first_run).apply()  # Kafka cannot take the rest back
+    with pytest.raises(
+        RestoreError, match=rf"published micro-batches up to \d+, but the checkpoint ends at {first_run}"
+    ):
+        pipeline.run(str(tmp_path / "ckpt"), available_now=True)
 
 
 @pytest.mark.jvm
