@@ -169,6 +169,12 @@ def test_scan_parallelism_above_the_partitions_warns_that_tasks_idle(
 
 def test_plan_errors_before_spark_starts() -> None:
     servers = "127.0.0.1:9"
+    with pytest.raises(PlanError, match=r"dead_letters='out' is not a sink; pass e.g. parquet"):
+        kafka("t", bootstrap_servers=servers, schema=SCHEMA, startup_mode="latest-offset", dead_letters="out")
+    java_only = kafka("t", bootstrap_servers=servers, schema=SCHEMA, startup_mode="latest-offset",
+                      properties={"sasl.jaas.config": "x"})  # fmt: skip
+    with pytest.raises(PlanError, match=r"keyflow's client is librdkafka.*sasl.jaas.config: use sasl.username"):
+        java_only.current_splits()
     with pytest.raises(PlanError, match=r"needs 'sink\.transactional-id-prefix'"):
         kafka_sink("t", bootstrap_servers=servers, delivery_guarantee="exactly-once")
     with pytest.raises(PlanError, match="did you mean 'exactly-once'"):

@@ -71,6 +71,7 @@ class KafkaSource:
         self.client, self.startup, self.formats = client, startup, formats
         self.rows_per_batch, self.primary_key = rows_per_batch, primary_key
         self.where = where
+        self._brokers: Any = None  # one admin connection for the driver's per-micro-batch questions
 
     @staticmethod
     def _label(topics: tuple[str, ...], pattern: str | None) -> str:
@@ -115,7 +116,12 @@ class KafkaSource:
         """The partitions of the topic(s) now (partitions may be added while a pipeline runs)."""
         from keyflow.connectors.kafka.client import Brokers
 
-        return len(Brokers(self.client).splits(self.topics, self.pattern, self.where))
+        if self._brokers is None:
+            self._brokers = Brokers(self.client)
+        return len(self._brokers.splits(self.topics, self.pattern, self.where))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_brokers": None}  # a client connection stays in its process
 
     def read_stream(
         self, spark: SparkSession, parallelism: int, layout: str | None = None, split_column: bool = False
