@@ -11,23 +11,25 @@ from dataclasses import dataclass, field
 
 from keyflow.errors import PlanError
 from keyflow.plan.builder import PlanBuilder
-from keyflow.sql.statements import CreateTable
+from keyflow.sql.statements import CreateTable, CreateView
 
 _catalogs: weakref.WeakKeyDictionary[PlanBuilder, Catalog] = weakref.WeakKeyDictionary()
 
 
 @dataclass
 class Catalog:
-    """Declared tables and Python streams registered as views."""
+    """Declared tables, SQL views and Python streams registered as views."""
 
     tables: dict[str, CreateTable] = field(default_factory=dict)
+    queries: dict[str, CreateView] = field(default_factory=dict)  # CREATE VIEW, planned where first read
     views: dict[str, int] = field(default_factory=dict)  # name -> node id of a stream
-    read: dict[str, int] = field(default_factory=dict)  # table -> node id of its source stream
+    read: dict[str, int] = field(default_factory=dict)  # table or SQL view -> node id of its rows
+    columns: dict[str, list[str] | None] = field(default_factory=dict)  # table or SQL view -> its columns
     written: set[str] = field(default_factory=set)
 
     def __contains__(self, name: object) -> bool:
         """Whether a table or a view is named ``name``."""
-        return name in self.tables or name in self.views
+        return name in self.tables or name in self.views or name in self.queries
 
     def create_view(self, name: str, node_id: int) -> None:
         """Make the stream of ``node_id`` readable as ``FROM name``."""

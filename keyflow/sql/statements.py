@@ -1,8 +1,10 @@
-"""A SQL script as typed statements, parsed by sqlglot (Spark's dialect reads Flink's DDL).
+"""A SQL script as typed statements, parsed by sqlglot in keyflow's Flink dialect.
 
-Supported: ``CREATE TABLE … WITH (…)``, ``INSERT INTO … SELECT …``, ``SET 'key' = 'value'``,
-``EXPLAIN INSERT …``, ``EXECUTE STATEMENT SET BEGIN … END`` and, for ``Pipeline.sql``, a
-bare ``SELECT``. Anything else is a :class:`SqlError` naming the statement and its line.
+Supported: ``CREATE TABLE … WITH (…)`` (with computed columns and a ``WATERMARK``),
+``CREATE [TEMPORARY] VIEW … AS SELECT …``, ``INSERT INTO … SELECT …``, ``SET 'key' =
+'value'``, ``EXPLAIN INSERT …``, ``EXECUTE STATEMENT SET BEGIN … END`` and, for
+``Pipeline.sql``, a bare ``SELECT``. Anything else is a :class:`SqlError` naming the
+statement and its line.
 """
 
 from __future__ import annotations
@@ -16,22 +18,25 @@ from sqlglot.errors import ParseError, TokenError
 
 from keyflow.changelog import OP
 from keyflow.errors import PlanError
+from keyflow.plan.durations import duration
+from keyflow.sql.dialect import Flink
+from keyflow.sql.functions import spark_sql
 
-DIALECT = "spark"  # backticks, Flink's CREATE TABLE … WITH ('k' = 'v'), Spark SQL expressions
+DIALECT = Flink  # reads Flink's syntax; writes expressions as Spark SQL
 
 
 class SqlError(PlanError):
     """A statement keyflow cannot run: names the construct, where it is and what to do."""
 
 
-def position(node: exp.Expression | list[exp.Expression] | None) -> str:
+def position(node: exp.Expr | list[exp.Expr] | None) -> str:
     """``line L, column C`` of the first token of ``node`` that the parser located."""
     if isinstance(node, list):
         node = node[0] if node else None
     if node is None:
         return "position unknown"
     for child in node.walk():
-        meta = child.meta if isinstance(child, exp.Expression) else {}
+        meta = child.meta if isinstance(child, exp.Expr) else {}
         if "line" in meta:
             return f"line {meta['line']}, column {meta['col']}"
     return "position unknown"
@@ -44,16 +49,38 @@ class ColumnDef:
 
 
 @dataclass(frozen=True)
+class Watermark:
+    """``WATERMARK FOR column AS column - INTERVAL …``: bounded out-of-orderness by ``delay``."""
+
+    column: str
+    delay: int  # microseconds
+
+
+@dataclass(frozen=True)
 class CreateTable:
     name: str
-    columns: tuple[ColumnDef, ...]
+    columns: tuple[ColumnDef, ...]  # the physical columns, which the connector reads or writes
     primary_key: tuple[str, ...]
     options: dict[str, str]
     where: str
+    computed: tuple[tuple[str, str], ...] = ()  # (name, Spark SQL expression), computed after reading
+    watermark: Watermark | None = None
 
     @property
     def column_names(self) -> list[str]:
         return [column.name for column in self.columns]
+
+    @property
+    def readable_names(self) -> list[str]:
+        """The columns a query reads: the physical ones, then the computed ones."""
+        return [*self.column_names, *(name for name, _ in self.computed)]
+
+
+@dataclass(frozen=True)
+class CreateView:
+    name: str
+    query: exp.Select
+    where: str
 
 
 @dataclass(frozen=True)
@@ -78,7 +105,7 @@ class Query:
     where: str = ""
 
 
-Statement = CreateTable | SetOption | Insert | Query
+Statement = CreateTable | CreateView | SetOption | Insert | Query
 
 
 @dataclass
@@ -91,7 +118,7 @@ def parse_script(text: str) -> list[Statement]:
     """Every statement of ``text``, in order."""
     reader = _Reader()
     for tree in _parse(text):
-        if tree is None:
+        if tree is None or isinstance(tree, exp.Semicolon):  # a comment after the last statement
             continue
         _read(tree, reader)
     if reader.in_statement_set:
@@ -121,6 +148,8 @@ def _read(tree: exp.Expression, reader: _Reader) -> None:
         if not reader.in_statement_set:
             raise SqlError("END without EXECUTE STATEMENT SET BEGIN")
         reader.in_statement_set = False
+    elif isinstance(tree, exp.Create) and tree.kind == "VIEW":
+        reader.statements.append(_create_view(tree))
     elif isinstance(tree, exp.Create):
         reader.statements.append(_create_table(tree))
     elif isinstance(tree, exp.Set):
@@ -132,8 +161,8 @@ def _read(tree: exp.Expression, reader: _Reader) -> None:
     else:
         kind = type(tree).__name__.upper()
         raise SqlError(
-            f"{kind} statement at {position(tree)} is not supported; keyflow runs CREATE TABLE, INSERT INTO … "
-            "SELECT, SET, EXPLAIN and EXECUTE STATEMENT SET"
+            f"{kind} statement at {position(tree)} is not supported; keyflow runs CREATE TABLE, CREATE VIEW, "
+            "INSERT INTO … SELECT, SET, EXPLAIN and EXECUTE STATEMENT SET"
         )
     if reader.in_statement_set and reader.statements and not isinstance(reader.statements[-1], Insert):
         raise SqlError("a statement set (EXECUTE STATEMENT SET BEGIN … END) holds only INSERT INTO statements")
@@ -162,22 +191,40 @@ def _command(tree: exp.Command, reader: _Reader) -> None:
         _read(exp.EndStatement(), reader)
         return
     raise SqlError(
-        f"{keyword} {rest.strip()[:40]} … is not supported; keyflow runs CREATE TABLE, INSERT INTO … SELECT, SET, "
-        "EXPLAIN and EXECUTE STATEMENT SET"
+        f"{keyword} {rest.strip()[:40]} … is not supported; keyflow runs CREATE TABLE, CREATE VIEW, INSERT INTO … "
+        "SELECT, SET, EXPLAIN and EXECUTE STATEMENT SET"
     )
+
+
+def _create_view(tree: exp.Create) -> CreateView:
+    """``CREATE [TEMPORARY] VIEW name AS SELECT …``: a named query, planned where it is read."""
+    name = tree.this.name if isinstance(tree.this, exp.Table) else ""
+    query = tree.expression
+    if not name or not isinstance(query, exp.Select):
+        raise SqlError(f"CREATE VIEW at {position(tree)} must be CREATE VIEW name AS SELECT …")
+    return CreateView(name, query, f"view {name!r}")
 
 
 def _create_table(tree: exp.Create) -> CreateTable:
     if tree.kind != "TABLE" or not isinstance(tree.this, exp.Schema):
-        raise SqlError(
-            f"CREATE {tree.kind} at {position(tree)} is not supported; declare CREATE TABLE name (…) WITH (…)"
+        hint = _CREATE_HINTS.get(
+            str(tree.kind), "declare CREATE TABLE name (…) WITH (…) or CREATE VIEW name AS SELECT …"
         )
+        raise SqlError(f"CREATE {tree.kind} at {position(tree)} is not supported; {hint}")
     name = tree.this.this.name
     where = f"table {name!r}"
     columns: list[ColumnDef] = []
+    computed: list[tuple[str, str]] = []
+    watermark: Watermark | None = None
     primary_key: tuple[str, ...] = ()
     for item in tree.this.expressions:
-        if isinstance(item, exp.ColumnDef):
+        if isinstance(item, exp.WatermarkColumnConstraint):
+            if watermark is not None:
+                raise SqlError(f"{where}: a second WATERMARK at {position(item)}; a table has one")
+            watermark = _watermark(item, where)
+        elif isinstance(item, exp.ColumnDef) and _computed(item) is not None:
+            computed.append((item.name, _computed_sql(item, where)))
+        elif isinstance(item, exp.ColumnDef):
             kind = item.args.get("kind")
             if kind is None:
                 raise SqlError(f"{where}: column {item.name!r} has no type ({position(item)})")
@@ -198,16 +245,23 @@ def _create_table(tree: exp.Create) -> CreateTable:
             raise SqlError(
                 f"{where}: {item.sql(dialect=DIALECT)!r} ({position(item)}) is not supported in CREATE TABLE"
             )
-    names = [column.name for column in columns]
+    names = [column.name for column in columns] + [name for name, _ in computed]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise SqlError(f"{where}: column(s) {twice} declared twice")
+    if watermark is not None and watermark.column not in names:
+        raise SqlError(f"{where}: WATERMARK FOR {watermark.column} names no column of the table {names}")
     missing = [key for key in primary_key if key not in names]
     if missing:
         raise SqlError(f"{where}: PRIMARY KEY column(s) {missing} are not columns of the table {names}")
     options: dict[str, str] = {}
     properties = tree.args.get("properties")
     for prop in properties.expressions if properties else []:
+        if isinstance(prop, exp.PartitionedByProperty):
+            raise SqlError(
+                f"{where}: PARTITIONED BY {prop.this.sql(dialect=DIALECT)} ({position(prop)}) is not supported yet; "
+                "write the partition columns as ordinary columns (a partitioned file sink is planned)"
+            )
         if not isinstance(prop, exp.Property):
             raise SqlError(
                 f"{where}: {prop.sql(dialect=DIALECT)!r} is not supported; give options in WITH ('key' = 'value')"
@@ -215,7 +269,62 @@ def _create_table(tree: exp.Create) -> CreateTable:
         options[_literal(prop.this)] = _literal(prop.args.get("value"))
     if not options.get("connector"):
         raise SqlError(f"{where} has no connector; add WITH ('connector' = 'filesystem', …) (or datagen, log, …)")
-    return CreateTable(name, tuple(columns), primary_key, options, where)
+    return CreateTable(name, tuple(columns), primary_key, options, where, tuple(computed), watermark)
+
+
+_CREATE_HINTS = {
+    "FUNCTION": "register a Python scalar function with Pipeline.register_function(name, function, return_type)",
+}
+
+
+def _computed(item: exp.ColumnDef) -> exp.ComputedColumnConstraint | None:
+    for constraint in item.args.get("constraints") or []:
+        if isinstance(constraint.args.get("kind"), exp.ComputedColumnConstraint):
+            return constraint.args["kind"]  # type: ignore[no-any-return]
+    return None
+
+
+def _computed_sql(item: exp.ColumnDef, where: str) -> str:
+    """The Spark SQL of a computed column ``name AS expression`` (Flink's syntax)."""
+    expression = _computed(item).this  # type: ignore[union-attr]
+    if isinstance(expression, exp.Anonymous) and expression.name.upper() == "PROCTIME":
+        raise SqlError(
+            f"{where}: column {item.name!r} AS PROCTIME() ({position(item)}) is not supported yet: keyflow's SQL "
+            "has event time only; declare a WATERMARK on a timestamp column and use it instead"
+        )
+    return spark_sql(expression)
+
+
+def _watermark(item: exp.WatermarkColumnConstraint, where: str) -> Watermark:
+    """Flink's ``WATERMARK FOR ts AS ts - INTERVAL 'n' unit`` (or ``AS ts``) as a bounded delay."""
+    column, expression = item.this, item.expression
+    if not isinstance(column, exp.Column) or expression is None:
+        raise SqlError(f"{where}: WATERMARK at {position(item)} must read WATERMARK FOR column AS column - INTERVAL …")
+    if isinstance(expression, exp.Column) and expression.name == column.name:
+        return Watermark(column.name, 0)
+    if (
+        isinstance(expression, exp.Sub)
+        and isinstance(expression.this, exp.Column)
+        and expression.this.name == column.name
+    ):
+        return Watermark(column.name, interval_micros(expression.expression, f"{where}: the WATERMARK delay"))
+    raise SqlError(
+        f"{where}: WATERMARK FOR {column.name} AS {expression.sql(dialect=DIALECT)} ({position(item)}) is not "
+        f"supported; keyflow takes a bounded delay: WATERMARK FOR {column.name} AS {column.name} - INTERVAL '5' SECOND"
+    )
+
+
+def interval_micros(node: exp.Expression, what: str) -> int:
+    """``INTERVAL '10' SECOND`` (or ``INTERVAL '10 SECOND'``) in microseconds."""
+    if isinstance(node, exp.Interval):
+        unit = node.args.get("unit")
+        text = f"{node.this.name} {unit.name if unit is not None else ''}".strip().lower()
+        try:
+            return duration(text, what, zero=True)
+        except PlanError:
+            pass
+    raise SqlError(f"{what} at {position(node)} is {node.sql(dialect=DIALECT)}; write an interval such as "
+                   "INTERVAL '10' SECOND")  # fmt: skip
 
 
 def spark_type(kind: exp.DataType) -> str:

@@ -32,7 +32,16 @@ def schema_ddl(table: CreateTable) -> str:
 
 
 def source_of(table: CreateTable) -> Source:
-    """The source reading ``table``."""
+    """The source reading ``table``, with its computed columns."""
+    source = _source(table)
+    if not table.computed:
+        return source
+    from keyflow.connectors.computed import ComputedColumns
+
+    return ComputedColumns(source, table.computed)
+
+
+def _source(table: CreateTable) -> Source:
     spec = check_options(table)
     if not spec.source:
         raise SqlError(f"{table.where} (connector {spec.name!r}) can only be written to, not read FROM")

@@ -1,0 +1,404 @@
+"""One ``SELECT`` onto a :class:`~keyflow.plan.builder.PlanBuilder`: the builder the Python API
+adds its nodes through, so a query gets the same nodes and the same checks.
+
+``FROM`` reads a table's source (once per pipeline, whatever number of queries read it), a
+view, a derived table (a subquery) or a window table function; ``WHERE`` is a filter;
+``GROUP BY`` a keyed aggregate (a retracting one, emitting a changelog, when the input is
+unbounded) or, over ``TUMBLE``/``HOP``/``SESSION``, an event-time window aggregate; the
+select list a projection. Expressions run as Spark SQL with Flink's meanings
+(:mod:`keyflow.sql.functions`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from keyflow.changelog import OP
+from keyflow.config import MAX_PARALLELISM
+from keyflow.connectors.base import changelog_mode
+from keyflow.plan import nodes
+from keyflow.plan.builder import PlanBuilder
+from keyflow.plan.columns import event_time_at
+from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner, session, sliding, tumbling
+from keyflow.sql.catalog import Catalog
+from keyflow.sql.dialect import WindowTableFunction
+from keyflow.sql.functions import spark_sql
+from keyflow.sql.options import parallelism_option
+from keyflow.sql.statements import DIALECT, SqlError, interval_micros, position
+from keyflow.sql.tables import quoted, source_of
+
+AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
+_UNSUPPORTED = {
+    "joins": "JOIN",
+    "order": "ORDER BY",
+    "limit": "LIMIT",
+    "offset": "OFFSET",
+    "with_": "WITH (common table expressions)",
+    "windows": "WINDOW",
+    "qualify": "QUALIFY",
+    "laterals": "LATERAL VIEW",
+}
+_HINTS = {
+    "joins": "; join in Spark before writing the input, or in a process function with state",
+    "order": "; a stream has no order (sort the output where you read it)",
+}
+_WINDOW_COLUMNS = (nodes.WINDOW_START, nodes.WINDOW_END)
+
+
+@dataclass
+class Relation:
+    """What a ``FROM`` item reads: the node of its rows, their columns (None: a view of the
+    Python API, whose columns are not known), the names that qualify them, and the window
+    table function whose windows the query's ``GROUP BY`` aggregates."""
+
+    node: int
+    columns: list[str] | None
+    aliases: set[str] = field(default_factory=set)
+    window: WindowTableFunction | None = None
+
+
+class QueryPlanner:
+    """Plans ``SELECT``s of one script onto ``builder``; tables and views come from ``catalog``."""
+
+    def __init__(self, builder: PlanBuilder, catalog: Catalog) -> None:
+        self.builder, self.catalog = builder, catalog
+
+    def select(self, query: exp.Select, into: str) -> tuple[int, list[str]]:
+        """The node of ``query`` and the names of its columns (a changelog's ``op`` aside).
+        Its operators are named after ``into`` (the sink table), so their ids stay stable."""
+        for arg, construct in _UNSUPPORTED.items():
+            if query.args.get(arg):
+                raise SqlError(f"{construct} at {position(query.args[arg])} is not supported in keyflow SQL"
+                               f"{_HINTS.get(arg, '')}")  # fmt: skip
+        source = query.args.get("from_")
+        if source is None:
+            raise SqlError(f"SELECT at {position(query)} reads no table; add FROM table")
+        relation = self.relation(source.this, into)
+        _refuse_in_expressions(query)
+        _unqualify(query, relation)
+        node_id = relation.node
+        where = query.args.get("where")
+        if where is not None:
+            if any(isinstance(n, exp.AggFunc) for n in where.walk()):
+                raise SqlError(f"an aggregate in WHERE at {position(where)}; filter aggregates with HAVING")
+            node_id = self.builder.filter(node_id, spark_sql(where.this), name=f"where ({into})")
+        expressions = _expand_star(query.expressions, relation.columns)
+        grouped = query.args.get("group")
+        aggregated = any(isinstance(n, exp.AggFunc) for e in expressions for n in e.walk())
+        if relation.window is not None:
+            return self._window_aggregate(node_id, relation.window, query, expressions, into)
+        if query.args.get("distinct") and not grouped and not aggregated:
+            grouped = exp.Group(expressions=[e.unalias().copy() for e in expressions])
+            query.set("group", grouped)
+        if grouped is not None or aggregated:
+            return self._aggregate(node_id, query, expressions, into)
+        if query.args.get("having") is not None:
+            raise SqlError(f"HAVING at {position(query.args['having'])} needs GROUP BY or an aggregate")
+        names = _output_names(expressions)
+        return self._project(node_id, expressions, names, into), names
+
+    # -- FROM ------------------------------------------------------------------------------
+    def relation(self, item: exp.Expr, into: str) -> Relation:
+        alias = item.alias if isinstance(item, (exp.Table, exp.Subquery)) else ""
+        if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):
+            node_id, names = self.select(item.this, into)
+            return Relation(node_id, names, {alias} - {""})
+        if isinstance(item, exp.Table) and isinstance(item.this, exp.Anonymous) and item.this.name.upper() == "TABLE":
+            function = item.this.expressions[0] if item.this.expressions else None
+            if not isinstance(function, WindowTableFunction):
+                raise SqlError(f"table function {item.this.sql(dialect=DIALECT)} at {position(item)} is not supported; "
+                               "keyflow has the window table functions TUMBLE, HOP and SESSION")  # fmt: skip
+            return self._windowed(function, alias, into)
+        if isinstance(item, exp.Table) and item.name and not item.args.get("db"):
+            node_id, columns = self.read(item.name)
+            return Relation(node_id, columns, {item.name, alias} - {""})
+        raise SqlError(f"FROM {item.sql(dialect=DIALECT)} at {position(item)} is not supported; read a table, a view "
+                       "or (SELECT …)")  # fmt: skip
+
+    def read(self, name: str) -> tuple[int, list[str] | None]:
+        """The node of table or view ``name`` (its source is added once) and its columns if known."""
+        catalog, builder = self.catalog, self.builder
+        if name in catalog.views:
+            view = catalog.views[name]
+            if _upserts_without_row_kinds(builder, view):
+                raise SqlError(
+                    f"view {name!r} is a streaming aggregate of the Python API: it emits each changed key's new "
+                    "value without row kinds, so SQL cannot retract the old one; aggregate in SQL (GROUP BY) "
+                    "instead, or register the stream before the aggregate"
+                )
+            return view, None
+        if name in catalog.queries:
+            if name not in catalog.read:
+                catalog.read[name], catalog.columns[name] = self.select(catalog.queries[name].query.copy(), name)
+            return catalog.read[name], catalog.columns[name]
+        table = catalog.tables.get(name)
+        if table is None:
+            known = ", ".join(sorted([*catalog.tables, *catalog.views, *catalog.queries])) or "none"
+            raise SqlError(f"no table or view {name!r} to read FROM (declared: {known}); declare it with CREATE "
+                           "TABLE or CREATE VIEW")  # fmt: skip
+        if name not in catalog.read:
+            source = source_of(table)
+            parallelism = parallelism_option(table, "scan.parallelism", builder.config.get(MAX_PARALLELISM))
+            mode = changelog_mode(source)
+            if mode != "insert" and not table.primary_key and parallelism is not None:
+                # As Flink: a configured source parallelism routes a changelog by its primary key, also
+                # when it equals today's default (a restart or rescale may change the default).
+                raise SqlError(
+                    f"{table.where} is a changelog with 'scan.parallelism' = '{parallelism}': its changes must be "
+                    "routed by primary key to stay in order at a parallelism of their own; declare PRIMARY KEY (…) "
+                    "NOT ENFORCED on the table, or remove 'scan.parallelism'"
+                )
+            watermark = None
+            if table.watermark is not None:
+                delay = f"{table.watermark.delay} us"
+                watermark = WatermarkStrategy.for_bounded_out_of_orderness(table.watermark.column, delay)
+            node_id = builder.source(source, parallelism=parallelism, name=name, watermark=watermark)
+            if table.options["connector"] == "datagen":  # generated values as the declared types
+                casts = [f"CAST({quoted(c.name)} AS {c.type}) AS {quoted(c.name)}" for c in table.columns]
+                casts += [quoted(name) for name, _ in table.computed]
+                node_id = builder.select(node_id, casts, name=f"{name} types", parallelism=parallelism)
+            catalog.read[name], catalog.columns[name] = node_id, table.readable_names
+        return catalog.read[name], catalog.columns[name]
+
+    def _windowed(self, function: WindowTableFunction, alias: str, into: str) -> Relation:
+        """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), …))``: ``t``'s rows, windowed by the GROUP BY."""
+        table = function.args["table"]
+        node_id, columns = self.read(table.name)
+        time = function.args["time"].name
+        event_time = event_time_at(self.builder.operators, node_id)
+        if event_time is None or event_time.lower() != time.lower():
+            declared = f"its event time is {event_time!r}" if event_time else "it has no WATERMARK"
+            raise SqlError(
+                f"{function.kind}(TABLE {table.name}, DESCRIPTOR({time}), …) at {position(function)}: keyflow windows "
+                f"by the column a WATERMARK is declared on, and {declared}; declare WATERMARK FOR {time} AS {time} - "
+                "INTERVAL '5' SECOND on the table"
+            )
+        if function.args.get("partition_by"):
+            keys = ", ".join(c.sql(dialect=DIALECT) for c in function.args["partition_by"])
+            raise SqlError(f"{function.kind}(TABLE {table.name} PARTITION BY {keys}, …) at {position(function)} is "
+                           "not supported; the GROUP BY's columns key the windows: leave PARTITION BY out")  # fmt: skip
+        window_columns = [*(columns or []), *_WINDOW_COLUMNS] if columns is not None else None
+        return Relation(node_id, window_columns, {table.name, alias} - {""}, window=function)
+
+    # -- aggregates ------------------------------------------------------------------------
+    def _aggregate(
+        self, node_id: int, query: exp.Select, expressions: list[exp.Expr], into: str
+    ) -> tuple[int, list[str]]:
+        """GROUP BY: a keyed aggregate of every aggregate call, then the select list over its result."""
+        node_id, keys, expressions, having = self._keys(node_id, query, expressions, into)
+        if not keys:
+            raise SqlError(f"an aggregate without GROUP BY at {position(query)} is not supported; GROUP BY a column")
+        calls: dict[str, str] = {}
+        rewritten = [_replace_aggregates(e.copy(), calls) for e in expressions]
+        condition = _replace_aggregates(having.copy(), calls) if having is not None else None
+        _check_grouped(rewritten, condition, keys, calls)
+        names = _output_names(expressions)
+        node_id = self.builder.aggregate(
+            node_id,
+            self.builder.key_by(keys),
+            calls,
+            name=f"aggregate ({into})",
+            emit_changelog=self.builder.reads_unbounded([node_id]),  # a streaming GROUP BY emits a changelog (Flink)
+        )
+        if condition is not None:
+            node_id = self.builder.filter(node_id, spark_sql(condition), name=f"having ({into})")
+        return self._project(node_id, rewritten, names, into), names
+
+    def _window_aggregate(
+        self,
+        node_id: int,
+        function: WindowTableFunction,
+        query: exp.Select,
+        expressions: list[exp.Expr],
+        into: str,
+    ) -> tuple[int, list[str]]:
+        """GROUP BY window_start, window_end[, keys] over a window table function: per-key
+        aggregates per event-time window, emitted once when the watermark passes its end."""
+        group = query.args.get("group")
+        grouped = {k.name.lower() for k in (group.expressions if group else []) if isinstance(k, exp.Column)}
+        if group is None or not {nodes.WINDOW_START, nodes.WINDOW_END} <= grouped:
+            raise SqlError(
+                f"{function.kind}(…) at {position(function)} is read without GROUP BY window_start, window_end; "
+                "keyflow runs window table functions as window aggregations: GROUP BY window_start, window_end[, …]"
+            )
+        group.set("expressions", [k for k in group.expressions if k.name.lower() not in _WINDOW_COLUMNS])
+        constant = not group.expressions
+        if constant:  # one window for all rows (Flink runs it at parallelism 1)
+            node_id = self.builder.with_columns(node_id, {"__window_all": "0"})
+            group.set("expressions", [exp.column("__window_all")])
+        node_id, keys, expressions, having = self._keys(node_id, query, expressions, into)
+        calls: dict[str, str] = {}
+        rewritten = [_replace_aggregates(e.copy(), calls) for e in expressions]
+        condition = _replace_aggregates(having.copy(), calls) if having is not None else None
+        _check_grouped(rewritten, condition, [*keys, *_WINDOW_COLUMNS], calls)
+        if not calls:
+            calls["__window_rows"] = "COUNT(*)"
+        names = _output_names(expressions)
+        keying = self.builder.key_by(keys)
+        windowing = self.builder.windowing(node_id, keying, _assigner(function), 0, None)
+        node_id = self.builder.window_aggregate(node_id, keying, windowing, calls)
+        self.builder.rename(node_id, f"{function.kind.lower()} window ({into})")
+        if condition is not None:
+            node_id = self.builder.filter(node_id, spark_sql(condition), name=f"having ({into})")
+        return self._project(node_id, rewritten, names, into), names
+
+    def _keys(
+        self, node_id: int, query: exp.Select, expressions: list[exp.Expr], into: str
+    ) -> tuple[int, list[str], list[exp.Expr], exp.Expr | None]:
+        """The GROUP BY's key columns; a key that is an expression is computed first as a column
+        ``__key<i>``, and the select list and HAVING read that column where they repeat it."""
+        group = query.args.get("group")
+        having = query.args.get("having")
+        condition = having.this if having is not None else None
+        keys: list[str] = []
+        computed: dict[str, str] = {}
+        for key in group.expressions if group is not None else []:
+            if isinstance(key, exp.Column) and not key.table:
+                keys.append(key.name)
+                continue
+            name = f"__key{len(computed)}"
+            computed[name] = spark_sql(key)
+            keys.append(name)
+            expressions = [_replace_expression(e, key, name) for e in expressions]
+            condition = _replace_expression(condition, key, name) if condition is not None else None
+        if computed:
+            node_id = self.builder.with_columns(node_id, computed)
+        return node_id, keys, expressions, condition
+
+    def _project(self, node_id: int, expressions: list[exp.Expr], names: list[str], into: str) -> int:
+        """The select list, named ``names``; a changelog keeps its row kinds."""
+        projected = [f"{spark_sql(e.unalias())} AS {quoted(n)}" for e, n in zip(expressions, names, strict=True)]
+        return self.builder.select(node_id, [*projected, *row_kind(self.builder, node_id)], name=f"select ({into})")
+
+
+def row_kind(builder: PlanBuilder, node_id: int) -> list[str]:
+    """``op``, where the rows of ``node_id`` carry row kinds."""
+    return [OP] if builder.is_changelog(node_id) else []
+
+
+def _assigner(function: WindowTableFunction) -> WindowAssigner:
+    sizes = [interval_micros(size, f"the {function.kind} size") for size in function.expressions]
+    wanted = {"TUMBLE": 1, "HOP": 2, "SESSION": 1}
+    if function.kind == "CUMULATE":
+        raise SqlError(f"CUMULATE(…) at {position(function)} is not supported yet; use TUMBLE or HOP")
+    if len(sizes) != wanted[function.kind]:
+        form = {"TUMBLE": "size", "HOP": "slide, size", "SESSION": "gap"}[function.kind]
+        raise SqlError(
+            f"{function.kind}(TABLE t, DESCRIPTOR(ts), {form}) at {position(function)} takes "
+            f"{wanted[function.kind]} interval(s) (an offset is not supported yet), got {len(sizes)}"
+        )
+    if function.kind == "TUMBLE":
+        return tumbling(f"{sizes[0]} us")
+    if function.kind == "HOP":
+        return sliding(f"{sizes[1]} us", f"{sizes[0]} us")
+    return session(f"{sizes[0]} us")
+
+
+def _refuse_in_expressions(query: exp.Select) -> None:
+    """Constructs inside this query's own expressions (not its FROM) keyflow does not run yet."""
+    for part in ("expressions", "where", "group", "having"):
+        value = query.args.get(part)
+        for tree in value if isinstance(value, list) else [value] if value is not None else []:
+            for node in tree.walk():
+                if isinstance(node, exp.Window):
+                    raise SqlError(f"OVER (window) at {position(node)} is not supported in keyflow SQL yet")
+                if isinstance(node, (exp.Subquery, exp.Select)):
+                    raise SqlError(f"a subquery at {position(node)} is not supported in an expression; read it in "
+                                   "FROM (SELECT …) instead")  # fmt: skip
+                if isinstance(node, exp.Anonymous) and node.name.upper() in ("TUMBLE", "HOP", "SESSION", "CUMULATE"):
+                    raise SqlError(
+                        f"the group window {node.name.upper()}(…) at {position(node)} is not supported; use the "
+                        f"window table function: FROM TABLE({node.name.upper()}(TABLE t, DESCRIPTOR(ts), …)) "
+                        "GROUP BY window_start, window_end, …"
+                    )
+
+
+def _unqualify(query: exp.Select, relation: Relation) -> None:
+    """``t.col`` -> ``col`` in this query (not its subqueries); ``s.f`` where ``s`` is a
+    column of the relation stays: a field of a ROW column."""
+    columns = {name.lower() for name in relation.columns or []}
+    for part in ("expressions", "where", "group", "having"):
+        value = query.args.get(part)
+        for tree in value if isinstance(value, list) else [value] if value is not None else []:
+            for column in list(tree.find_all(exp.Column)):
+                if not column.table or (column.table in relation.aliases and column.table.lower() not in columns):
+                    if column.table:
+                        column.set("table", None)
+                    continue
+                if column.table.lower() in columns:
+                    continue
+                raise SqlError(f"column {column.sql(dialect=DIALECT)} at {position(column)} names table "
+                               f"{column.table!r}, which the query does not read")  # fmt: skip
+
+
+def _expand_star(expressions: list[exp.Expr], columns: list[str] | None) -> list[exp.Expr]:
+    expanded: list[exp.Expr] = []
+    for expression in expressions:
+        if isinstance(expression, exp.Star) or (isinstance(expression, exp.Column) and expression.is_star):
+            if columns is None:
+                raise SqlError("SELECT * over a view registered from Python: name its columns")
+            expanded.extend(exp.column(name, quoted=True) for name in columns if not name.startswith("__"))
+        else:
+            expanded.append(expression)
+    return expanded
+
+
+def _output_names(expressions: list[exp.Expr]) -> list[str]:
+    """An alias, else the column's (or ROW field's) name, else Flink's ``EXPR$i``."""
+    names = []
+    for index, expression in enumerate(expressions):
+        if isinstance(expression, exp.Alias):
+            names.append(expression.alias)
+        elif isinstance(expression, (exp.Column, exp.Dot)):
+            names.append(expression.name)
+        else:
+            names.append(f"EXPR${index}")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise SqlError(f"the query selects column name(s) {twice} twice; alias them apart with AS")
+    return names
+
+
+def _check_grouped(
+    expressions: list[exp.Expr], condition: exp.Expr | None, keys: list[str], calls: dict[str, str]
+) -> None:
+    for expression in [*expressions, *([condition] if condition is not None else [])]:
+        for column in expression.find_all(exp.Column):
+            if column.name not in keys and column.name not in calls:
+                raise SqlError(f"column {column.name!r} at {position(column)} is neither in GROUP BY nor inside an "
+                               "aggregate function; add it to GROUP BY or aggregate it")  # fmt: skip
+
+
+def _replace_expression(tree: exp.Expr, key: exp.Expr, name: str) -> exp.Expr:
+    """``tree`` with each copy of the GROUP BY expression ``key`` read from column ``name``."""
+    return tree.transform(lambda node: exp.column(name) if node == key else node)
+
+
+def _replace_aggregates(expression: exp.Expr, calls: dict[str, str]) -> exp.Expr:
+    """Each aggregate call becomes a column ``__agg<i>`` of the aggregate's output; ``calls``
+    collects them (one per distinct call)."""
+
+    def replace(node: exp.Expr) -> exp.Expr:
+        call = node.this if isinstance(node, exp.Filter) else node
+        if not isinstance(call, exp.AggFunc):
+            return node
+        if type(call) not in AGGREGATES:
+            raise SqlError(f"aggregate {node.sql(dialect=DIALECT)} at {position(node)} is not supported; keyflow SQL "
+                           "aggregates with COUNT, COUNT(DISTINCT …), SUM, AVG, MIN and MAX")  # fmt: skip
+        text = spark_sql(node)
+        existing = {call: name for name, call in calls.items()}
+        name = existing.get(text) or f"__agg{len(calls)}"
+        calls[name] = text
+        return exp.column(name)
+
+    return expression.transform(replace)
+
+
+def _upserts_without_row_kinds(builder: PlanBuilder, node_id: int) -> bool:
+    """Whether ``node_id`` is (after stateless operators) an insert-only streaming aggregate."""
+    node = builder.node(node_id)
+    while isinstance(node, (nodes.SelectNode, nodes.FilterNode, nodes.WithColumnsNode)):
+        node = builder.node(node.inputs[0])
+    return isinstance(node, nodes.AggregateNode) and not node.changelog and builder.reads_unbounded([node.id])
