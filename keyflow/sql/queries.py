@@ -11,8 +11,6 @@ select list a projection. Expressions run as Spark SQL with Flink's meanings
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from sqlglot import exp
 
 from keyflow.changelog import OP
@@ -26,12 +24,12 @@ from keyflow.sql.catalog import Catalog
 from keyflow.sql.dialect import WindowTableFunction
 from keyflow.sql.functions import spark_sql
 from keyflow.sql.options import parallelism_option
+from keyflow.sql.scope import Relation, Side, belongs, expand_star, own_nodes, resolve, resolve_trees
 from keyflow.sql.statements import DIALECT, SqlError, interval_micros, position
 from keyflow.sql.tables import quoted, source_of
 
 AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
 _UNSUPPORTED = {
-    "joins": "JOIN",
     "order": "ORDER BY",
     "limit": "LIMIT",
     "offset": "OFFSET",
@@ -41,22 +39,9 @@ _UNSUPPORTED = {
     "laterals": "LATERAL VIEW",
 }
 _HINTS = {
-    "joins": "; join in Spark before writing the input, or in a process function with state",
     "order": "; a stream has no order (sort the output where you read it)",
 }
 _WINDOW_COLUMNS = (nodes.WINDOW_START, nodes.WINDOW_END)
-
-
-@dataclass
-class Relation:
-    """What a ``FROM`` item reads: the node of its rows, their columns (None: a view of the
-    Python API, whose columns are not known), the names that qualify them, and the window
-    table function whose windows the query's ``GROUP BY`` aggregates."""
-
-    node: int
-    columns: list[str] | None
-    aliases: set[str] = field(default_factory=set)
-    window: WindowTableFunction | None = None
 
 
 class QueryPlanner:
@@ -64,6 +49,7 @@ class QueryPlanner:
 
     def __init__(self, builder: PlanBuilder, catalog: Catalog) -> None:
         self.builder, self.catalog = builder, catalog
+        self._joins = 0
 
     def select(self, query: exp.Select, into: str) -> tuple[int, list[str]]:
         """The node of ``query`` and the names of its columns (a changelog's ``op`` aside).
@@ -76,15 +62,17 @@ class QueryPlanner:
         if source is None:
             raise SqlError(f"SELECT at {position(query)} reads no table; add FROM table")
         relation = self.relation(source.this, into)
+        for join in query.args.get("joins") or []:
+            relation = self._joined(relation, join, query, into)
         _refuse_in_expressions(query)
-        _unqualify(query, relation)
+        resolve(query, relation)
         node_id = relation.node
         where = query.args.get("where")
         if where is not None:
             if any(isinstance(n, exp.AggFunc) for n in where.walk()):
                 raise SqlError(f"an aggregate in WHERE at {position(where)}; filter aggregates with HAVING")
             node_id = self.builder.filter(node_id, spark_sql(where.this), name=f"where ({into})")
-        expressions = _expand_star(query.expressions, relation.columns)
+        expressions = expand_star(query.expressions, relation)
         grouped = query.args.get("group")
         aggregated = any(isinstance(n, exp.AggFunc) for e in expressions for n in e.walk())
         if relation.window is not None:
@@ -104,7 +92,7 @@ class QueryPlanner:
         alias = item.alias if isinstance(item, (exp.Table, exp.Subquery)) else ""
         if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):
             node_id, names = self.select(item.this, into)
-            return Relation(node_id, names, {alias} - {""})
+            return Relation.of(node_id, names, {alias})
         if isinstance(item, exp.Table) and isinstance(item.this, exp.Anonymous) and item.this.name.upper() == "TABLE":
             function = item.this.expressions[0] if item.this.expressions else None
             if not isinstance(function, WindowTableFunction):
@@ -113,7 +101,7 @@ class QueryPlanner:
             return self._windowed(function, alias, into)
         if isinstance(item, exp.Table) and item.name and not item.args.get("db"):
             node_id, columns = self.read(item.name)
-            return Relation(node_id, columns, {item.name, alias} - {""})
+            return Relation.of(node_id, columns, {item.name, alias})
         raise SqlError(f"FROM {item.sql(dialect=DIALECT)} at {position(item)} is not supported; read a table, a view "
                        "or (SELECT …)")  # fmt: skip
 
@@ -162,6 +150,79 @@ class QueryPlanner:
             catalog.read[name], catalog.columns[name] = node_id, table.readable_names
         return catalog.read[name], catalog.columns[name]
 
+    def _joined(self, left: Relation, join: exp.Join, query: exp.Select, into: str) -> Relation:
+        """A regular join (inner or outer) of ``left`` and the table ``join`` reads, on the
+        equalities of its condition between a column of each; for an inner join the rest of
+        the condition filters the joined rows."""
+        right = self.relation(join.this, into)
+        if left.window is not None or right.window is not None:
+            raise SqlError(f"JOIN at {position(join)} of a window table function: aggregate its windows in a "
+                           "subquery (GROUP BY window_start, window_end, …) and join the subqueries")  # fmt: skip
+        how = {"": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}.get(join.side.upper())
+        if how is None or join.args.get("using") or join.kind.upper() in ("SEMI", "ANTI"):
+            raise SqlError(f"{join.side} {join.kind} JOIN at {position(join)} is not supported; keyflow joins with "
+                           "[INNER | LEFT | RIGHT | FULL [OUTER]] JOIN … ON")  # fmt: skip
+        condition = join.args.get("on")
+        comma = condition is None
+        if comma:  # FROM a, b WHERE a.x = b.y: the WHERE's equalities join them (and still filter)
+            where = query.args.get("where")
+            condition = where.this.copy() if where is not None else None
+        pairs, rest = _equalities(condition, left, right)
+        if not pairs:
+            raise SqlError(f"JOIN at {position(join)} needs an equality between a column of each table, e.g. ON "
+                           "a.id = b.id (keyflow runs equi-joins; a cross join is not supported)")  # fmt: skip
+        if rest and how != "inner" and not comma:
+            shown = " AND ".join(r.sql(dialect=DIALECT) for r in rest)
+            raise SqlError(
+                f"{how.upper()} JOIN at {position(join)}: the condition {shown} is not an equality of the two "
+                "tables; an outer join takes equalities only (filter in a subquery first)"
+            )
+        self._joins += 1
+        label = f"join {self._joins} ({into})"
+        keys = [(f"__join{self._joins}_left{i}", f"__join{self._joins}_right{i}") for i in range(len(pairs))]
+        left_node = self._with_keys(left, [(k, e) for (k, _), (e, _) in zip(keys, pairs, strict=True)])
+        right, right_node = self._renamed(right, left, [(k, e) for (_, k), (_, e) in zip(keys, pairs, strict=True)])
+        node_id = self.builder.join((left_node, right_node), keys, how, name=label, parallelism=None)
+        joined = Relation(node_id, [*left.sides, *right.sides], order=[*left.order, *right.order])
+        if rest and not comma:
+            condition = exp.and_(*rest)
+            resolve_trees([condition], joined)
+            node_id = self.builder.filter(node_id, spark_sql(condition), name=f"{label} condition")
+            joined.node = node_id
+        return joined
+
+    def _with_keys(self, relation: Relation, keys: list[tuple[str, exp.Expr]]) -> int:
+        """The relation's rows with each join key (an expression of its columns) as a column."""
+        trees = [expression.copy() for _, expression in keys]
+        resolve_trees(trees, relation)
+        columns = {name: spark_sql(tree) for (name, _), tree in zip(keys, trees, strict=True)}
+        return self.builder.with_columns(relation.node, columns)
+
+    def _renamed(self, right: Relation, left: Relation, keys: list[tuple[str, exp.Expr]]) -> tuple[Relation, int]:
+        """The right side's rows with its join keys, and its columns that the left side has
+        too renamed as Flink's planner does (``id`` -> ``id0``)."""
+        node_id = self._with_keys(right, keys)
+        if right.columns is None or left.columns is None:
+            return right, node_id
+        taken = {name.lower() for name in left.columns}
+        renames: dict[str, str] = {}
+        for name in right.columns:
+            if name.lower() in taken:
+                number = 0
+                while f"{name}{number}".lower() in taken or f"{name}{number}" in right.columns:
+                    number += 1
+                renames[name] = f"{name}{number}"
+                taken.add(renames[name].lower())
+        if not renames:
+            return right, node_id
+        keep = [f"{quoted(n)} AS {quoted(renames.get(n, n))}" for n in right.columns] + [quoted(k) for k, _ in keys]
+        node_id = self.builder.select(node_id, keep, name="rename")
+        sides = [
+            Side(side.aliases, None if side.names is None else {w: renames.get(n, n) for w, n in side.names.items()})
+            for side in right.sides
+        ]
+        return Relation(node_id, sides, order=[(w, renames.get(n, n)) for w, n in right.order]), node_id
+
     def _windowed(self, function: WindowTableFunction, alias: str, into: str) -> Relation:
         """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), …))``: ``t``'s rows, windowed by the GROUP BY."""
         table = function.args["table"]
@@ -179,8 +240,9 @@ class QueryPlanner:
             keys = ", ".join(c.sql(dialect=DIALECT) for c in function.args["partition_by"])
             raise SqlError(f"{function.kind}(TABLE {table.name} PARTITION BY {keys}, …) at {position(function)} is "
                            "not supported; the GROUP BY's columns key the windows: leave PARTITION BY out")  # fmt: skip
-        window_columns = [*(columns or []), *_WINDOW_COLUMNS] if columns is not None else None
-        return Relation(node_id, window_columns, {table.name, alias} - {""}, window=function)
+        relation = Relation.of(node_id, None if columns is None else [*columns, *_WINDOW_COLUMNS], {table.name, alias})
+        relation.window = function
+        return relation
 
     # -- aggregates ------------------------------------------------------------------------
     def _aggregate(
@@ -296,53 +358,41 @@ def _assigner(function: WindowTableFunction) -> WindowAssigner:
     return session(f"{sizes[0]} us")
 
 
+def _equalities(
+    condition: exp.Expr | None, left: Relation, right: Relation
+) -> tuple[list[tuple[exp.Expr, exp.Expr]], list[exp.Expr]]:
+    """The (left, right) expression pairs of ``condition``'s equalities between the two
+    relations, and its other conjuncts."""
+    pairs: list[tuple[exp.Expr, exp.Expr]] = []
+    rest: list[exp.Expr] = []
+    for conjunct in condition.flatten() if isinstance(condition, exp.And) else [condition] if condition else []:
+        if isinstance(conjunct, exp.EQ):
+            a, b = conjunct.this, conjunct.expression
+            if belongs(a, left) and belongs(b, right) and not belongs(a, right) and not belongs(b, left):
+                pairs.append((a, b))
+                continue
+            if belongs(b, left) and belongs(a, right) and not belongs(b, right) and not belongs(a, left):
+                pairs.append((b, a))
+                continue
+        rest.append(conjunct)
+    return pairs, rest
+
+
 def _refuse_in_expressions(query: exp.Select) -> None:
     """Constructs inside this query's own expressions (not its FROM) keyflow does not run yet."""
-    for part in ("expressions", "where", "group", "having"):
-        value = query.args.get(part)
-        for tree in value if isinstance(value, list) else [value] if value is not None else []:
-            for node in tree.walk():
-                if isinstance(node, exp.Window):
-                    raise SqlError(f"OVER (window) at {position(node)} is not supported in keyflow SQL yet")
-                if isinstance(node, (exp.Subquery, exp.Select)):
-                    raise SqlError(f"a subquery at {position(node)} is not supported in an expression; read it in "
-                                   "FROM (SELECT …) instead")  # fmt: skip
-                if isinstance(node, exp.Anonymous) and node.name.upper() in ("TUMBLE", "HOP", "SESSION", "CUMULATE"):
-                    raise SqlError(
-                        f"the group window {node.name.upper()}(…) at {position(node)} is not supported; use the "
-                        f"window table function: FROM TABLE({node.name.upper()}(TABLE t, DESCRIPTOR(ts), …)) "
-                        "GROUP BY window_start, window_end, …"
-                    )
-
-
-def _unqualify(query: exp.Select, relation: Relation) -> None:
-    """``t.col`` -> ``col`` in this query (not its subqueries); ``s.f`` where ``s`` is a
-    column of the relation stays: a field of a ROW column."""
-    columns = {name.lower() for name in relation.columns or []}
-    for part in ("expressions", "where", "group", "having"):
-        value = query.args.get(part)
-        for tree in value if isinstance(value, list) else [value] if value is not None else []:
-            for column in list(tree.find_all(exp.Column)):
-                if not column.table or (column.table in relation.aliases and column.table.lower() not in columns):
-                    if column.table:
-                        column.set("table", None)
-                    continue
-                if column.table.lower() in columns:
-                    continue
-                raise SqlError(f"column {column.sql(dialect=DIALECT)} at {position(column)} names table "
-                               f"{column.table!r}, which the query does not read")  # fmt: skip
-
-
-def _expand_star(expressions: list[exp.Expr], columns: list[str] | None) -> list[exp.Expr]:
-    expanded: list[exp.Expr] = []
-    for expression in expressions:
-        if isinstance(expression, exp.Star) or (isinstance(expression, exp.Column) and expression.is_star):
-            if columns is None:
-                raise SqlError("SELECT * over a view registered from Python: name its columns")
-            expanded.extend(exp.column(name, quoted=True) for name in columns if not name.startswith("__"))
-        else:
-            expanded.append(expression)
-    return expanded
+    for tree in own_nodes(query):
+        for node in tree.walk():
+            if isinstance(node, exp.Window):
+                raise SqlError(f"OVER (window) at {position(node)} is not supported in keyflow SQL yet")
+            if isinstance(node, (exp.Subquery, exp.Select)):
+                raise SqlError(f"a subquery at {position(node)} is not supported in an expression; read it in "
+                               "FROM (SELECT …) instead")  # fmt: skip
+            if isinstance(node, exp.Anonymous) and node.name.upper() in ("TUMBLE", "HOP", "SESSION", "CUMULATE"):
+                raise SqlError(
+                    f"the group window {node.name.upper()}(…) at {position(node)} is not supported; use the "
+                    f"window table function: FROM TABLE({node.name.upper()}(TABLE t, DESCRIPTOR(ts), …)) "
+                    "GROUP BY window_start, window_end, …"
+                )
 
 
 def _output_names(expressions: list[exp.Expr]) -> list[str]:
