@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -58,6 +59,8 @@ def _source(table: CreateTable) -> Source:
         return files(table.options["path"], format, schema_ddl(table), flag_option(table, "source.watch"), **options)
     if spec.name in ("kafka", "upsert-kafka"):
         return _kafka_source(table)
+    if spec.name == "nexmark":
+        return _nexmark(table)
     return _log(table, "upsert" if spec.name == "upsert-log" else None)
 
 
@@ -96,6 +99,56 @@ def _log(table: CreateTable, mode: str | None) -> Source:
             f"{table.column_names}; declare the log's columns in its order"
         )
     return source
+
+
+NEXMARK_COLUMNS = ("event_type", "person", "auction", "bid")
+
+
+def _nexmark(table: CreateTable) -> Source:
+    """Flink Nexmark's ``nexmark`` table: its option names, a constant event rate."""
+    from keyflow.connectors.nexmark import nexmark
+
+    if table.column_names != list(NEXMARK_COLUMNS):
+        raise SqlError(
+            f"{table.where} (connector 'nexmark') declares {table.column_names}; the nexmark connector has the "
+            f"columns {list(NEXMARK_COLUMNS)} (ROW types as in Nexmark's DDL), then computed columns"
+        )
+    rate = float_option(table, "first-event.rate")
+    next_rate = float_option(table, "next-event.rate")
+    if next_rate is not None and next_rate != (rate or 10_000):
+        raise SqlError(
+            f"{table.where}: 'next-event.rate' = '{table.options['next-event.rate']}' differs from 'first-event.rate'; "
+            "keyflow's nexmark generates a constant rate (Flink's rate.shape alternates the two): give them one value"
+        )
+    settings: dict[str, Any] = {
+        "events": int_option(table, "events.num"),
+        "first_event_rate": rate,
+        "person_proportion": int_option(table, "person.proportion", 1),
+        "auction_proportion": int_option(table, "auction.proportion", 1),
+        "bid_proportion": int_option(table, "bid.proportion", 1),
+        "hot_auction_ratio": int_option(table, "bid.hot-ratio.auctions", 1),
+        "hot_bidders_ratio": int_option(table, "bid.hot-ratio.bidders", 1),
+        "hot_sellers_ratio": int_option(table, "auction.hot-ratio.sellers", 1),
+        "avg_person_byte_size": _bytes(table, "person.avg-size"),
+        "avg_auction_byte_size": _bytes(table, "auction.avg-size"),
+        "avg_bid_byte_size": _bytes(table, "bid.avg-size"),
+        "base_time": table.options.get("base-time"),
+        "seed": int_option(table, "seed"),
+        "rows_per_batch": int_option(table, "scan.rows-per-batch", 1),
+    }
+    with _named(table):
+        return nexmark(**{key: value for key, value in settings.items() if value is not None})
+
+
+def _bytes(table: CreateTable, key: str) -> int | None:
+    """A memory size as Flink writes it: ``200b``, ``1kb``, ``2 mb``."""
+    value = table.options.get(key)
+    if value is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*(b|kb|k|mb|m)?\s*", value.lower())
+    if not match:
+        raise SqlError(f"{table.where}: '{key}' = '{value}' is not a size; write e.g. '200b' or '1kb'")
+    return int(match.group(1)) * {"b": 1, None: 1, "kb": 1024, "k": 1024, "mb": 1 << 20, "m": 1 << 20}[match.group(2)]
 
 
 @contextmanager
