@@ -171,7 +171,9 @@ class FrameBuilder:
         parallelism is rebalanced to it, then the inputs' partitions are merged (not shuffled)."""
         inputs = [self.frame(input_id).drop(KEY_GROUP_COLUMN) for input_id in node.inputs]
         inputs = [
-            frame if self.parallelism[input_id] == parallelism else rebalance(frame, parallelism)
+            self._unionable(input_id, frame)
+            if self.parallelism[input_id] == parallelism
+            else rebalance(frame, parallelism)
             for input_id, frame in zip(node.inputs, inputs, strict=True)
         ]
         first = inputs[0]
@@ -199,8 +201,8 @@ class FrameBuilder:
         if not isinstance(node, nodes.KeyedNode):
             raise AssertionError(f"the plan partitions {node.kind} {node.name!r} by key, but it has no keys")
         if isinstance(node, nodes.ConnectedNode):
-            second = self.frame(node.inputs[1]).drop(KEY_GROUP_COLUMN)
-            upstream = connected_inputs(node, upstream.drop(KEY_GROUP_COLUMN), second, self._names(node))
+            first, second = (self._unionable(i, self.frame(i)).drop(KEY_GROUP_COLUMN) for i in node.inputs)
+            upstream = connected_inputs(node, first, second, self._names(node))
         require_key_columns(node, upstream)
         self._keyed_inputs[node.id] = upstream
         if node.on_null is not None:
@@ -287,6 +289,17 @@ class FrameBuilder:
         if isinstance(node, nodes.JoinNode):  # its state holds each input's rows: their columns are fixed too
             types.update({f"rows of input {i + 1}": upstream.schema[PACKED[i]].dataType.simpleString() for i in (0, 1)})
         return types
+
+    def _unionable(self, input_id: int, frame: DataFrame) -> DataFrame:
+        """``frame`` ready to be unioned: a keyed operator knows its subtask by the index of the
+        partition its task computes, which a union (or its coalesce) renumbers in the same
+        stage, so the rows of one that no exchange follows are first rebalanced."""
+        node = self.plan.nodes[input_id]
+        while not isinstance(node, (nodes.KeyedNode, nodes.SourceNode, nodes.UnionNode)) and node.inputs:
+            if self.plan.operator(node.id).input_partitioner is not Partitioner.FORWARD:
+                return frame  # an exchange after any keyed operator
+            node = self.plan.nodes[node.inputs[0]]
+        return rebalance(frame, self.parallelism[input_id]) if isinstance(node, nodes.KeyedNode) else frame
 
     def _persist(self, frame: DataFrame) -> DataFrame:
         persisted = frame.persist()

@@ -64,8 +64,11 @@ class QueryPlanner:
         relation = self.relation(source.this, into)
         for join in query.args.get("joins") or []:
             relation = self._joined(relation, join, query, into)
-        _refuse_in_expressions(query)
+        written = expand_star([e.copy() for e in query.expressions], relation)
         resolve(query, relation)
+        _group_window(query, relation, self.builder)
+        _refuse_in_expressions(query)
+        names = _output_names(written)
         node_id = relation.node
         where = query.args.get("where")
         if where is not None:
@@ -76,15 +79,14 @@ class QueryPlanner:
         grouped = query.args.get("group")
         aggregated = any(isinstance(n, exp.AggFunc) for e in expressions for n in e.walk())
         if relation.window is not None:
-            return self._window_aggregate(node_id, relation.window, query, expressions, into)
+            return self._window_aggregate(node_id, relation.window, query, expressions, names, into)
         if query.args.get("distinct") and not grouped and not aggregated:
             grouped = exp.Group(expressions=[e.unalias().copy() for e in expressions])
             query.set("group", grouped)
         if grouped is not None or aggregated:
-            return self._aggregate(node_id, query, expressions, into)
+            return self._aggregate(node_id, query, expressions, names, into)
         if query.args.get("having") is not None:
             raise SqlError(f"HAVING at {position(query.args['having'])} needs GROUP BY or an aggregate")
-        names = _output_names(expressions)
         return self._project(node_id, expressions, names, into), names
 
     # -- FROM ------------------------------------------------------------------------------
@@ -246,7 +248,7 @@ class QueryPlanner:
 
     # -- aggregates ------------------------------------------------------------------------
     def _aggregate(
-        self, node_id: int, query: exp.Select, expressions: list[exp.Expr], into: str
+        self, node_id: int, query: exp.Select, expressions: list[exp.Expr], names: list[str], into: str
     ) -> tuple[int, list[str]]:
         """GROUP BY: a keyed aggregate of every aggregate call, then the select list over its result."""
         node_id, keys, expressions, having = self._keys(node_id, query, expressions, into)
@@ -256,7 +258,6 @@ class QueryPlanner:
         rewritten = [_replace_aggregates(e.copy(), calls) for e in expressions]
         condition = _replace_aggregates(having.copy(), calls) if having is not None else None
         _check_grouped(rewritten, condition, keys, calls)
-        names = _output_names(expressions)
         node_id = self.builder.aggregate(
             node_id,
             self.builder.key_by(keys),
@@ -274,6 +275,7 @@ class QueryPlanner:
         function: WindowTableFunction,
         query: exp.Select,
         expressions: list[exp.Expr],
+        names: list[str],
         into: str,
     ) -> tuple[int, list[str]]:
         """GROUP BY window_start, window_end[, keys] over a window table function: per-key
@@ -297,7 +299,6 @@ class QueryPlanner:
         _check_grouped(rewritten, condition, [*keys, *_WINDOW_COLUMNS], calls)
         if not calls:
             calls["__window_rows"] = "COUNT(*)"
-        names = _output_names(expressions)
         keying = self.builder.key_by(keys)
         windowing = self.builder.windowing(node_id, keying, _assigner(function), 0, None)
         node_id = self.builder.window_aggregate(node_id, keying, windowing, calls)
@@ -378,6 +379,47 @@ def _equalities(
     return pairs, rest
 
 
+_GROUP_WINDOW_PARTS = {"START": nodes.WINDOW_START, "END": nodes.WINDOW_END}
+
+
+def _group_window(query: exp.Select, relation: Relation, builder: PlanBuilder) -> None:
+    """Flink's legacy group window, ``GROUP BY k, SESSION(ts, INTERVAL …)`` with
+    ``SESSION_START(…)``/``SESSION_END(…)``, as the window table function it stands for."""
+    group = query.args.get("group")
+    windows = [
+        key for key in (group.expressions if group else [])
+        if isinstance(key, exp.Anonymous) and key.name.upper() in ("TUMBLE", "HOP", "SESSION")
+    ]  # fmt: skip
+    if not windows or group is None:
+        return
+    if len(windows) > 1 or relation.window is not None:
+        raise SqlError(f"GROUP BY at {position(group)} has more than one window; group by one")
+    window = windows[0]
+    kind = window.name.upper()
+    time, *sizes = window.expressions
+    event_time = event_time_at(builder.operators, relation.node)
+    if not isinstance(time, exp.Column) or event_time is None or time.name.lower() != event_time.lower():
+        raise SqlError(
+            f"{kind}({time.sql(dialect=DIALECT)}, …) at {position(window)}: keyflow windows by the column a WATERMARK "
+            f"is declared on ({event_time or 'none here'}); window by it"
+        )
+    relation.window = WindowTableFunction(this=kind, table=exp.to_table("t"), time=time, expressions=sizes)
+    group.set("expressions", [*(k for k in group.expressions if k is not window), *map(exp.column, _WINDOW_COLUMNS)])
+
+    def bounds(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Anonymous) and node.name.upper().startswith(f"{kind}_"):
+            part = node.name.upper().removeprefix(f"{kind}_")
+            if part not in _GROUP_WINDOW_PARTS:
+                raise SqlError(f"{node.name.upper()}(…) at {position(node)} is not supported; use {kind}_START or "
+                               f"{kind}_END")  # fmt: skip
+            return exp.column(_GROUP_WINDOW_PARTS[part])
+        return node
+
+    query.set("expressions", [e.transform(bounds) for e in query.expressions])
+    if query.args.get("having") is not None:
+        query.set("having", query.args["having"].transform(bounds))
+
+
 def _refuse_in_expressions(query: exp.Select) -> None:
     """Constructs inside this query's own expressions (not its FROM) keyflow does not run yet."""
     for tree in own_nodes(query):
@@ -405,10 +447,13 @@ def _output_names(expressions: list[exp.Expr]) -> list[str]:
             names.append(expression.name)
         else:
             names.append(f"EXPR${index}")
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise SqlError(f"the query selects column name(s) {twice} twice; alias them apart with AS")
-    return names
+    unique: list[str] = []
+    for name in names:  # as Flink's planner: a repeated name gets a number (dateTime, dateTime0)
+        number, candidate = 0, name
+        while candidate.lower() in {taken.lower() for taken in unique}:
+            candidate, number = f"{name}{number}", number + 1
+        unique.append(candidate)
+    return unique
 
 
 def _check_grouped(

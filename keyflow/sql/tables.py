@@ -120,8 +120,9 @@ def _nexmark(table: CreateTable) -> Source:
             f"{table.where}: 'next-event.rate' = '{table.options['next-event.rate']}' differs from 'first-event.rate'; "
             "keyflow's nexmark generates a constant rate (Flink's rate.shape alternates the two): give them one value"
         )
+    events = int_option(table, "events.num")
     settings: dict[str, Any] = {
-        "events": int_option(table, "events.num"),
+        "events": events or None,  # as Flink's Nexmark: 0 (or none) is unbounded
         "first_event_rate": rate,
         "person_proportion": int_option(table, "person.proportion", 1),
         "auction_proportion": int_option(table, "auction.proportion", 1),
@@ -137,7 +138,7 @@ def _nexmark(table: CreateTable) -> Source:
         "rows_per_batch": int_option(table, "scan.rows-per-batch", 1),
     }
     with _named(table):
-        return nexmark(**{key: value for key, value in settings.items() if value is not None})
+        return nexmark(**{key: value for key, value in settings.items() if value is not None or key == "events"})
 
 
 def _bytes(table: CreateTable, key: str) -> int | None:
