@@ -28,6 +28,7 @@ LONGEST_FIRST = (
     "test_changelog.py",
     "test_pre_keyed.py",
     "test_kafka.py",
+    "test_nexmark.py",
     "test_cli_pipelines.py",
     "test_cli_streaming.py",
     "test_damaged_checkpoints.py",

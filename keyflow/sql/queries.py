@@ -64,10 +64,11 @@ class QueryPlanner:
         relation = self.relation(source.this, into)
         for join in query.args.get("joins") or []:
             relation = self._joined(relation, join, query, into)
+        _refuse_in_expressions(query)
         written = expand_star([e.copy() for e in query.expressions], relation)
         resolve(query, relation)
         _group_window(query, relation, self.builder)
-        _refuse_in_expressions(query)
+        _refuse_group_windows(query)
         names = _output_names(written)
         node_id = relation.node
         where = query.args.get("where")
@@ -425,15 +426,27 @@ def _refuse_in_expressions(query: exp.Select) -> None:
     for tree in own_nodes(query):
         for node in tree.walk():
             if isinstance(node, exp.Window):
-                raise SqlError(f"OVER (window) at {position(node)} is not supported in keyflow SQL yet")
+                what = "ROW_NUMBER() OVER (Top-N, deduplication)" if isinstance(node.this, exp.RowNumber) else "OVER"
+                raise SqlError(f"{what} at {position(node)} is not supported in keyflow SQL yet")
+            if isinstance(node, exp.Anonymous) and node.name.upper() == "PROCTIME":
+                raise SqlError(
+                    f"PROCTIME() at {position(node)} is not supported: keyflow's SQL runs in event time; declare a "
+                    "WATERMARK on a timestamp column and window or join by it"
+                )
             if isinstance(node, (exp.Subquery, exp.Select)):
                 raise SqlError(f"a subquery at {position(node)} is not supported in an expression; read it in "
-                               "FROM (SELECT …) instead")  # fmt: skip
+                               "FROM (SELECT …) and join it instead")  # fmt: skip
+
+
+def _refuse_group_windows(query: exp.Select) -> None:
+    """A TUMBLE/HOP/SESSION/CUMULATE call left in the query: not a GROUP BY window."""
+    for tree in own_nodes(query):
+        for node in tree.walk():
             if isinstance(node, exp.Anonymous) and node.name.upper() in ("TUMBLE", "HOP", "SESSION", "CUMULATE"):
                 raise SqlError(
-                    f"the group window {node.name.upper()}(…) at {position(node)} is not supported; use the "
-                    f"window table function: FROM TABLE({node.name.upper()}(TABLE t, DESCRIPTOR(ts), …)) "
-                    "GROUP BY window_start, window_end, …"
+                    f"{node.name.upper()}(…) at {position(node)} is not supported here; use the window table "
+                    f"function: FROM TABLE({node.name.upper()}(TABLE t, DESCRIPTOR(ts), …)) GROUP BY window_start, "
+                    "window_end, …"
                 )
 
 

@@ -273,7 +273,8 @@ def _create_table(tree: exp.Create) -> CreateTable:
 
 
 _CREATE_HINTS = {
-    "FUNCTION": "register a Python scalar function with Pipeline.register_function(name, function, return_type)",
+    "FUNCTION": "user-defined functions are not supported yet in keyflow SQL; compute the value with Spark SQL's "
+    "built-in functions, or in the Python API (map_batches) and register the stream as a view",
 }
 
 
