@@ -19,6 +19,12 @@ ORDERS = (
     "CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE) "
     "WITH ('connector' = 'filesystem', 'path' = '/tmp/in', 'format' = 'parquet'{extra});\n"
 )
+CLICKS = (
+    "CREATE TABLE clicks (user_id STRING, amount DOUBLE, ts TIMESTAMP(3), "
+    "WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) WITH ('connector' = 'filesystem', 'path' = '/tmp/in', "
+    "'format' = 'parquet');\n"
+)
+NEXMARK = "CREATE TABLE n (event_type INT, bid ROW<price BIGINT>) WITH ('connector' = 'nexmark'{extra});\n"
 OUT = "CREATE TABLE out (user_id STRING, total DOUBLE) WITH ('connector' = 'blackhole'{extra});\n"
 
 
@@ -40,7 +46,7 @@ def plan(script: str, **config: object) -> Pipeline:
         (
             "CREATE TABLE t (a INT) WITH ('connector' = 'kafkaa');",
             r"table 't': connector 'kafkaa' is unknown; did you mean 'kafka'\? keyflow has datagen, filesystem, log, "
-            r"upsert-log, kafka, upsert-kafka, print",
+            r"upsert-log, kafka, upsert-kafka, nexmark, print",
         ),
         (
             "CREATE TABLE t (a INT) WITH ('connector' = 'kafka', 'properties.bootstrap.servers' = 'h:9092', "
@@ -109,14 +115,14 @@ def plan(script: str, **config: object) -> Pipeline:
         (
             ORDERS.format(extra="")
             + OUT.format(extra="")
-            + "INSERT INTO out\nSELECT o.user_id, o.amount FROM orders o JOIN orders p ON o.order_id = p.order_id;",
-            r"JOIN at line 4, column \d+ is not supported in keyflow SQL",
+            + "INSERT INTO out\nSELECT o.user_id, o.amount FROM orders o JOIN orders p ON o.amount > 1;",
+            r"JOIN at line 4, column \d+ needs an equality between a column of each table",
         ),
         (
             ORDERS.format(extra="")
             + OUT.format(extra="")
             + "INSERT INTO out SELECT user_id, SUM(amount) OVER (PARTITION BY user_id) FROM orders;",
-            r"OVER \(window\) at line 3, column \d+ is not supported in keyflow SQL",
+            r"OVER at line 3, column \d+ is not supported in keyflow SQL yet",
         ),
         (
             ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT user_id, amount FROM orders "
@@ -181,6 +187,98 @@ def plan(script: str, **config: object) -> Pipeline:
             r"table 'orders': 'scan.parallelism' = '40000' is above the largest 32768",
         ),
         (
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(TUMBLE(TABLE "
+            "clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) GROUP BY user_id;",
+            r"TUMBLE\(…\) at line 3, column \d+ is read without GROUP BY window_start, window_end",
+        ),
+        (
+            ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM "
+            "TABLE(TUMBLE(TABLE orders, DESCRIPTOR(amount), INTERVAL '1' MINUTE)) GROUP BY user_id, window_start, "
+            "window_end;",
+            r"TUMBLE\(TABLE orders, DESCRIPTOR\(amount\), …\) at line 3, column \d+: keyflow windows by the column "
+            r"a WATERMARK is declared on, and it has no WATERMARK",
+        ),
+        (
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(CUMULATE(TABLE "
+            "clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '1' HOUR)) GROUP BY user_id, window_start, "
+            "window_end;",
+            r"CUMULATE\(…\) at line 3, column \d+ is not supported yet; use TUMBLE or HOP",
+        ),
+        (
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(HOP(TABLE "
+            "clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) GROUP BY user_id, window_start, window_end;",
+            r"HOP\(TABLE t, DESCRIPTOR\(ts\), slide, size\) at line 3, column \d+ takes 2 interval\(s\)",
+        ),
+        (
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, TUMBLE(ts, INTERVAL '1' MINUTE) "
+            "FROM clicks;",
+            r"TUMBLE\(…\) at line 3, column \d+ is not supported here; use the window table function",
+        ),
+        (
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, amount FROM clicks WHERE amount > "
+            "(SELECT MAX(amount) FROM clicks);",
+            r"a subquery at line 3, column \d+ is not supported in an expression; read it in FROM \(SELECT …\)",
+        ),
+        (
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT c.user_id, SUM(c.amount) OVER (PARTITION BY "
+            "c.user_id ORDER BY c.ts) FROM clicks c;",
+            r"OVER at line 3, column \d+ is not supported in keyflow SQL yet",
+        ),
+        (
+            "CREATE TABLE t (a INT, p AS PROCTIME()) WITH ('connector' = 'blackhole');",
+            r"table 't': column 'p' AS PROCTIME\(\) \(line 1, column \d+\) is not supported yet",
+        ),
+        (
+            "CREATE TABLE t (a INT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - 5) WITH ('connector' = 'blackhole');",
+            r"table 't': the WATERMARK delay at line 1, column \d+ is 5; write an interval such as INTERVAL",
+        ),
+        (
+            "CREATE TABLE t (a INT, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH ('connector' = 'blackhole');",
+            r"table 't': WATERMARK FOR ts names no column of the table \['a'\]",
+        ),
+        (
+            "CREATE TABLE t (a INT, dt STRING) PARTITIONED BY (dt) WITH ('connector' = 'filesystem', 'path' = "
+            "'/tmp/o', 'format' = 'csv');",
+            r"table 't': PARTITIONED BY \(dt\) \(line 1, column \d+\) is not supported yet",
+        ),
+        (
+            "CREATE FUNCTION count_char AS 'com.example.CountChar';",
+            r"CREATE FUNCTION at line 1, column \d+ is not supported; user-defined functions are not supported yet",
+        ),
+        (
+            CLICKS + ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT user_id, amount FROM "
+            "clicks c JOIN orders o ON c.user_id = o.user_id;",
+            r"column 'user_id' at line 4, column \d+ is ambiguous: tables \['c', 'o'\] both have it; qualify it",
+        ),
+        (
+            CLICKS + ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT c.user_id, c.amount "
+            "FROM clicks c LEFT JOIN orders o ON c.user_id = o.user_id AND o.amount > 1;",
+            r"LEFT JOIN at line 4, column \d+: the condition o.amount > 1 is not an equality of the two tables",
+        ),
+        (
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT c.user_id, c.nothing FROM clicks c;",
+            r"column c.nothing at line 3, column \d+: 'c' has no column 'nothing'",
+        ),
+        (
+            NEXMARK.format(extra="") + "SELECT * FROM n;",
+            r"table 'n' \(connector 'nexmark'\) declares \['event_type', 'bid'\]; the nexmark connector has the "
+            r"columns \['event_type', 'person', 'auction', 'bid'\]",
+        ),
+        (
+            NEXMARK.format(extra=", 'first-event.rate' = '10', 'next-event.rate' = '20'").replace(
+                "bid ROW<price BIGINT>", "person ROW<id BIGINT>, auction ROW<id BIGINT>, bid ROW<price BIGINT>"
+            )
+            + "SELECT * FROM n;",
+            r"'next-event.rate' = '20' differs from 'first-event.rate'; keyflow's nexmark generates a constant rate",
+        ),
+        (
+            NEXMARK.format(extra=", 'bid.avg-size' = 'big'").replace(
+                "bid ROW<price BIGINT>", "person ROW<id BIGINT>, auction ROW<id BIGINT>, bid ROW<price BIGINT>"
+            )
+            + "SELECT * FROM n;",
+            r"table 'n': 'bid.avg-size' = 'big' is not a size; write e.g. '200b' or '1kb'",
+        ),
+        (
             "EXECUTE STATEMENT SET BEGIN " + ORDERS.format(extra="") + "END;",
             r"a statement set \(EXECUTE STATEMENT SET BEGIN … END\) holds only INSERT INTO statements",
         ),
@@ -189,6 +287,31 @@ def plan(script: str, **config: object) -> Pipeline:
 def test_sql_mistakes_are_one_clear_error(script: str, message: str) -> None:
     with pytest.raises(SqlError, match=message):
         plan(script)
+
+
+def test_comments_anywhere_and_after_the_last_statement() -> None:
+    script = (
+        ORDERS.format(extra="")
+        + "-- a comment\n"
+        + OUT.format(extra="")
+        + ("INSERT INTO out /* inline */ SELECT user_id, amount FROM orders; -- after\n-- and a last line")
+    )
+    pipeline = plan(script)
+    assert [vertex.name for vertex in pipeline.plan().vertices][-1].endswith("sink: out")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("0", "unbounded"), ("100", "100")],
+)
+def test_nexmark_events_num_zero_is_unbounded_as_in_flink(value: str, message: str) -> None:
+    columns = "event_type INT, person ROW<id BIGINT>, auction ROW<id BIGINT>, bid ROW<price BIGINT>"
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    pipeline.sql(
+        f"CREATE TABLE n ({columns}) WITH ('connector' = 'nexmark', 'events.num' = '{value}'); SELECT * FROM n;"
+    )
+    source = next(node for node in pipeline.builder.operators.values() if node.kind == "source")
+    assert source.source.unbounded == (value == "0"), message
 
 
 @pytest.mark.parametrize(

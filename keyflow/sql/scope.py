@@ -73,7 +73,10 @@ def resolve_trees(trees: list[exp.Expr], relation: Relation) -> None:
             found = _found(column, relation)
             if found is not None:
                 column.set("table", None)
-                column.set("this", exp.to_identifier(found, quoted=found != column.name))
+                if found != column.name:
+                    identifier = exp.to_identifier(found, quoted=True)
+                    identifier.meta.update(column.this.meta)  # keeps the position errors name
+                    column.set("this", identifier)
 
 
 def _found(column: exp.Column, relation: Relation) -> str | None:
