@@ -6,12 +6,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import sqlglot
 from typer.testing import CliRunner
 
 from keyflow import Log, Pipeline, blackhole, log
 from keyflow.cli.app import app
 from keyflow.errors import PlanError
-from keyflow.sql.statements import SqlError
+from keyflow.sql.dialect import Flink
+from keyflow.sql.errors import SqlError
+from keyflow.sql.functions import spark_sql
 from tests.pipelines import TEST_SPARK
 
 runner = CliRunner()
@@ -265,11 +268,11 @@ def plan(script: str, **config: object) -> Pipeline:
             r"columns \['event_type', 'person', 'auction', 'bid'\]",
         ),
         (
-            NEXMARK.format(extra=", 'first-event.rate' = '10', 'next-event.rate' = '20'").replace(
+            NEXMARK.format(extra=", 'first-event.rate' = 'fast'").replace(
                 "bid ROW<price BIGINT>", "person ROW<id BIGINT>, auction ROW<id BIGINT>, bid ROW<price BIGINT>"
             )
             + "SELECT * FROM n;",
-            r"'next-event.rate' = '20' differs from 'first-event.rate'; keyflow's nexmark generates a constant rate",
+            r"table 'n': 'first-event.rate' = 'fast' is not a number",
         ),
         (
             NEXMARK.format(extra=", 'bid.avg-size' = 'big'").replace(
@@ -277,6 +280,38 @@ def plan(script: str, **config: object) -> Pipeline:
             )
             + "SELECT * FROM n;",
             r"table 'n': 'bid.avg-size' = 'big' is not a size; write e.g. '200b' or '1kb'",
+        ),
+        (
+            ORDERS.format(extra="") + "CREATE VIEW v AS SELECT * FROM w; CREATE VIEW w AS SELECT * FROM v; "
+            "SELECT * FROM v;",
+            r"view 'v' reads itself \(through \['v', 'w'\]\)",
+        ),
+        (
+            CLICKS + ORDERS.format(extra="") + "SELECT c.user_id FROM clicks c JOIN orders FOR SYSTEM_TIME AS OF "
+            "c.ts AS o ON c.user_id = o.user_id;",
+            r"FOR SYSTEM_TIME AS OF at line 3, column \d+ \(a temporal join\) is not supported yet",
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT user_id, nothing FROM orders;",
+            r"column 'nothing' at line 2, column \d+ is not a column of the tables read; they have \['amount', "
+            r"'order_id', 'user_id'\]",
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT DISTINCT user_id FROM orders GROUP BY user_id, amount;",
+            r"SELECT DISTINCT with GROUP BY, aggregates or windows at line 2, column \d+ is not supported yet",
+        ),
+        (
+            CLICKS + "SELECT user_id, COUNT(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) "
+            "WHERE window_start > TIMESTAMP '2026-01-01 00:00:00' GROUP BY user_id, window_start, window_end;",
+            r"WHERE on window_start at line 2, column \d+: the windows are made after WHERE",
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT TO_TIMESTAMP_LTZ(order_id, 6) FROM orders;",
+            r"TO_TIMESTAMP_LTZ\(…, 6\) at line 2, column \d+: keyflow takes the precision 0 \(seconds\) or 3",
+        ),
+        (
+            "CREATE TABLE t (a INT) WITH ('connector.type' = 'filesystem'); SELECT * FROM t;",
+            r"table 't' uses Flink's legacy 'connector.type' options",
         ),
         (
             "EXECUTE STATEMENT SET BEGIN " + ORDERS.format(extra="") + "END;",
@@ -287,6 +322,38 @@ def plan(script: str, **config: object) -> Pipeline:
 def test_sql_mistakes_are_one_clear_error(script: str, message: str) -> None:
     with pytest.raises(SqlError, match=message):
         plan(script)
+
+
+def test_flink_meanings_apply_inside_other_calls_and_literals_are_flinks() -> None:
+    def spark(text: str) -> str:
+        return spark_sql(sqlglot.parse_one(f"SELECT {text}", read=Flink).expressions[0])
+
+    nested = spark("REGEXP_EXTRACT(SPLIT_INDEX(u, '/', 2), 'a(b)', 1)")
+    assert "SPLIT_INDEX" not in nested
+    assert nested.startswith("CASE WHEN CASE WHEN 2 >= 0 THEN TRY_ELEMENT_AT(")
+    assert spark("COUNT(x) FILTER (WHERE REGEXP_EXTRACT(u, 'a') IS NULL)") == (
+        "COUNT(CASE WHEN CASE WHEN u RLIKE 'a' THEN REGEXP_EXTRACT(u, 'a', 0) END IS NULL THEN x END)"
+    )
+    assert (
+        spark("COUNT(DISTINCT a, b) FILTER (WHERE c)")
+        == "COUNT(DISTINCT CASE WHEN c THEN a END, CASE WHEN c THEN b END)"
+    )
+    assert spark("'it''s'") == "'it\\'s'"  # Flink's quote in a literal, as Spark writes it
+    assert (
+        spark("REGEXP_EXTRACT(u, '(\\d+)')") == "CASE WHEN u RLIKE '(\\\\d+)' THEN REGEXP_EXTRACT(u, '(\\\\d+)', 0) END"
+    )
+
+
+def test_select_star_over_a_join_names_columns_as_flink() -> None:
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    pipeline.sql(
+        "CREATE TABLE a (k BIGINT, k2 BIGINT) WITH ('connector' = 'filesystem', 'path' = '/tmp/a', 'format' = 'csv');"
+        "CREATE TABLE b (k BIGINT, z BIGINT) WITH ('connector' = 'filesystem', 'path' = '/tmp/b', 'format' = 'csv');"
+    )
+    both = pipeline.sql("SELECT * FROM a JOIN b ON a.k = b.z")
+    assert [e.rsplit(" AS ", 1)[1] for e in both.node.expressions] == ["`k`", "`k2`", "`k0`", "`z`"]
+    right = pipeline.sql("SELECT b.* FROM a JOIN b ON a.k2 = b.k")
+    assert [e.rsplit(" AS ", 1)[1] for e in right.node.expressions] == ["`k0`", "`z`"]
 
 
 def test_comments_anywhere_and_after_the_last_statement() -> None:

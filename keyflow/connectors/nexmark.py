@@ -32,11 +32,7 @@ HOT_CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
 CHANNELS_NUMBER = 10_000
 _MANTISSA = (1 << 53) - 1
 
-PERSON_FIELDS = "id BIGINT, name STRING, emailAddress STRING, creditCard STRING, city STRING, state STRING, " \
-    "dateTime TIMESTAMP, extra STRING"  # fmt: skip
-AUCTION_FIELDS = "id BIGINT, itemName STRING, description STRING, initialBid BIGINT, reserve BIGINT, " \
-    "dateTime TIMESTAMP, expires TIMESTAMP, seller BIGINT, category BIGINT, extra STRING"  # fmt: skip
-BID_FIELDS = "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, dateTime TIMESTAMP, extra STRING"
+COLUMNS = ("event_type", "person", "auction", "bid")
 
 
 @dataclass(frozen=True)
@@ -44,6 +40,7 @@ class NexmarkConfig:
     """Nexmark's generator settings (``NexmarkConfiguration``'s defaults)."""
 
     events: int | None = None  # None: unbounded
+    rate_limited: bool = False  # True: a stream, released at first_event_rate per second of wall time
     first_event_rate: float = 10_000  # events per second of event time (and of wall time, when unbounded)
     person_proportion: int = 1
     auction_proportion: int = 3
@@ -92,13 +89,15 @@ class NexmarkSource:
 
     @property
     def unbounded(self) -> bool:
-        return self.config.events is None
+        """A stream: no ``events.num``, or ``rate.limited`` (its events then released at the
+        event rate, up to ``events.num``); otherwise one batch of ``events.num`` events."""
+        return self.config.events is None or self.config.rate_limited
 
     def describe(self) -> dict[str, Any]:
         return {"connector": "nexmark", **{k: v for k, v in vars(self.config).items() if v is not None}}
 
     def column_names(self) -> tuple[str, ...]:
-        return ("event_type", "person", "auction", "bid")
+        return COLUMNS
 
     def read(self, spark: SparkSession, parallelism: int) -> DataFrame:
         return self._events(spark.range(0, self.config.events or 0, 1, numPartitions=parallelism))
@@ -180,9 +179,10 @@ class NexmarkSource:
         channel = F.when(hot, F.element_at(F.array(*map(F.lit, HOT_CHANNELS)), (hot_index + 1).cast("int"))).otherwise(
             F.concat(F.lit("channel-"), channel_number.cast("string"))
         )
-        url = F.when(hot, base_url).otherwise(
-            F.concat(base_url, F.lit("&channel_id="), _reversed_bits(channel_number).cast("string"))
-        )
+        reversed_bits = _reversed_bits(channel_number)
+        channel_id = F.when(reversed_bits == -(1 << 31), reversed_bits).otherwise(F.abs(reversed_bits))  # Java's abs
+        with_id = F.concat(base_url, F.lit("&channel_id="), channel_id.cast("string"))
+        url = F.when(hot | (r.below(13, 10) == 0), base_url).otherwise(with_id)  # Nexmark: 1 in 10 has no id
         return F.struct(
             (auction + FIRST_AUCTION_ID).alias("auction"), (bidder + FIRST_PERSON_ID).alias("bidder"),
             r.price(11).alias("price"), channel.alias("channel"), url.alias("url"), F.col("time").alias("dateTime"),

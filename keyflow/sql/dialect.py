@@ -14,6 +14,7 @@ from sqlglot.parsers.spark import SparkParser
 from sqlglot.tokenizer_core import TokenType
 
 WINDOW_FUNCTIONS = ("TUMBLE", "HOP", "CUMULATE", "SESSION")
+GROUP_WINDOWS = ("TUMBLE", "HOP", "SESSION")  # also Flink's legacy GROUP BY windows
 
 
 class WindowTableFunction(exp.Expression):
@@ -61,6 +62,8 @@ class Flink(Spark):
     class Tokenizer(Spark.Tokenizer):
         # ROW<a INT> is STRUCT<a: INT>
         KEYWORDS: ClassVar[dict[Any, Any]] = {**Spark.Tokenizer.KEYWORDS, "ROW": TokenType.STRUCT}
+        # Flink's literals are standard SQL: '' is a quote, a backslash is itself (Spark escapes them on output)
+        STRING_ESCAPES: ClassVar[list[str]] = ["'"]
 
     class Parser(SparkParser):
         CONSTRAINT_PARSERS: ClassVar[dict[Any, Any]] = {

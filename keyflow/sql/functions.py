@@ -9,11 +9,12 @@ from __future__ import annotations
 from sqlglot import exp
 
 from keyflow.sql.dialect import Flink
+from keyflow.sql.errors import SqlError, position
 
 
 def spark_sql(expression: exp.Expr) -> str:
     """``expression`` as Spark SQL, with Flink's meanings."""
-    return str(flink_meanings(expression.copy()).sql(dialect=Flink))
+    return str(flink_meanings(expression.copy()).sql(dialect="spark"))  # Spark's string escapes
 
 
 def flink_meanings(expression: exp.Expr) -> exp.Expr:
@@ -22,6 +23,9 @@ def flink_meanings(expression: exp.Expr) -> exp.Expr:
 
 
 def _rewrite(node: exp.Expr) -> exp.Expr:
+    if _rewritten(node):  # its arguments first: a rewrite builds new nodes, which transform does not revisit
+        for child in list(node.iter_expressions()):
+            child.replace(flink_meanings(child))
     if isinstance(node, exp.RegexpExtract):
         return _regexp_extract(node)
     if isinstance(node, exp.Anonymous) and node.name.upper() == "SPLIT_INDEX":
@@ -31,6 +35,14 @@ def _rewrite(node: exp.Expr) -> exp.Expr:
     if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
         return _filtered(node.this, node.expression.this)
     return node
+
+
+def _rewritten(node: exp.Expr) -> bool:
+    return (
+        isinstance(node, exp.RegexpExtract)
+        or (isinstance(node, exp.Anonymous) and node.name.upper() in ("SPLIT_INDEX", "TO_TIMESTAMP_LTZ"))
+        or (isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc))
+    )
 
 
 def _regexp_extract(node: exp.RegexpExtract) -> exp.Expr:
@@ -53,9 +65,14 @@ def _to_timestamp_ltz(node: exp.Anonymous) -> exp.Expr:
     """Flink's ``TO_TIMESTAMP_LTZ(epoch, precision)``: seconds (0) or milliseconds (3, the
     default) since the epoch (Spark's function of that name parses a string)."""
     epoch, *rest = (argument.copy() for argument in node.expressions)
+    if isinstance(epoch, exp.Literal) and epoch.is_string:
+        return node  # a string to parse: Spark's meaning is Flink's TO_TIMESTAMP_LTZ(string[, format])
     precision = rest[0] if rest else exp.Literal.number(3)
     if not isinstance(precision, exp.Literal) or precision.name not in ("0", "3"):
-        return node  # a string to parse: Spark's meaning is Flink's TO_TIMESTAMP_LTZ(string, format)
+        raise SqlError(
+            f"TO_TIMESTAMP_LTZ(…, {precision.sql(dialect=Flink)}) at {position(node)}: keyflow takes the precision "
+            "0 (seconds) or 3 (milliseconds)"
+        )
     return _call("timestamp_seconds" if precision.name == "0" else "timestamp_millis", epoch)
 
 
@@ -69,8 +86,8 @@ def _filtered(call: exp.AggFunc, condition: exp.Expr) -> exp.Expr:
     the answer is the same, and keyflow's retracting aggregates take the plain form."""
     argument = call.this
     if isinstance(argument, exp.Distinct):
-        inner = argument.expressions[0]
-        argument.set("expressions", [exp.Case(ifs=[exp.If(this=condition.copy(), true=inner)])])
+        when = [exp.Case(ifs=[exp.If(this=condition.copy(), true=inner)]) for inner in argument.expressions]
+        argument.set("expressions", when)
         return call
     value = exp.Literal.number(1) if isinstance(argument, exp.Star) else argument
     call.set("this", exp.Case(ifs=[exp.If(this=condition.copy(), true=value)]))

@@ -7,7 +7,8 @@ import difflib
 from dataclasses import dataclass
 
 from keyflow.keygroups import UPPER_BOUND_MAX_PARALLELISM as UPPER_BOUND
-from keyflow.sql.statements import CreateTable, SqlError
+from keyflow.sql.errors import SqlError
+from keyflow.sql.statements import CreateTable
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from keyflow.config import MAX_PARALLELISM
 from keyflow.plan.builder import PlanBuilder
 from keyflow.sql.catalog import Catalog, catalog_of
+from keyflow.sql.errors import SqlError
 from keyflow.sql.options import check_options, parallelism_option
 from keyflow.sql.queries import QueryPlanner, row_kind
-from keyflow.sql.statements import CreateTable, CreateView, Insert, Query, SetOption, SqlError, parse_script
+from keyflow.sql.statements import CreateTable, CreateView, Insert, Query, SetOption, parse_script
 from keyflow.sql.tables import quoted, sink_of
 
 

@@ -22,10 +22,11 @@ from keyflow.plan.columns import event_time_at
 from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner, session, sliding, tumbling
 from keyflow.sql.catalog import Catalog
 from keyflow.sql.dialect import WindowTableFunction
+from keyflow.sql.errors import SqlError, position
 from keyflow.sql.functions import spark_sql
 from keyflow.sql.options import parallelism_option
 from keyflow.sql.scope import Relation, Side, belongs, expand_star, own_nodes, resolve, resolve_trees
-from keyflow.sql.statements import DIALECT, SqlError, interval_micros, position
+from keyflow.sql.statements import DIALECT, interval_micros
 from keyflow.sql.tables import quoted, source_of
 
 AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
@@ -50,6 +51,7 @@ class QueryPlanner:
     def __init__(self, builder: PlanBuilder, catalog: Catalog) -> None:
         self.builder, self.catalog = builder, catalog
         self._joins = 0
+        self._planning: set[str] = set()  # views being planned: one that reads itself is an error
 
     def select(self, query: exp.Select, into: str) -> tuple[int, list[str]]:
         """The node of ``query`` and the names of its columns (a changelog's ``op`` aside).
@@ -72,6 +74,11 @@ class QueryPlanner:
         names = _output_names(written)
         node_id = relation.node
         where = query.args.get("where")
+        if where is not None and relation.window is not None:
+            windowed = [c for c in where.find_all(exp.Column) if c.name.lower() in (*_WINDOW_COLUMNS, "window_time")]
+            if windowed:
+                raise SqlError(f"WHERE on {windowed[0].name} at {position(windowed[0])}: the windows are made after "
+                               "WHERE; filter them in an outer query (or HAVING)")  # fmt: skip
         if where is not None:
             if any(isinstance(n, exp.AggFunc) for n in where.walk()):
                 raise SqlError(f"an aggregate in WHERE at {position(where)}; filter aggregates with HAVING")
@@ -79,6 +86,9 @@ class QueryPlanner:
         expressions = expand_star(query.expressions, relation)
         grouped = query.args.get("group")
         aggregated = any(isinstance(n, exp.AggFunc) for e in expressions for n in e.walk())
+        if query.args.get("distinct") and (grouped is not None or aggregated or relation.window is not None):
+            raise SqlError(f"SELECT DISTINCT with GROUP BY, aggregates or windows at {position(query)} is not "
+                           "supported yet; select from the grouped query in a derived table with DISTINCT")  # fmt: skip
         if relation.window is not None:
             return self._window_aggregate(node_id, relation.window, query, expressions, names, into)
         if query.args.get("distinct") and not grouped and not aggregated:
@@ -93,6 +103,9 @@ class QueryPlanner:
     # -- FROM ------------------------------------------------------------------------------
     def relation(self, item: exp.Expr, into: str) -> Relation:
         alias = item.alias if isinstance(item, (exp.Table, exp.Subquery)) else ""
+        if isinstance(item, exp.Table) and item.args.get("version") is not None:
+            raise SqlError(f"FOR SYSTEM_TIME AS OF at {position(item)} (a temporal join) is not supported yet; join "
+                           "the table's current rows with a regular join")  # fmt: skip
         if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):
             node_id, names = self.select(item.this, into)
             return Relation.of(node_id, names, {alias})
@@ -122,7 +135,12 @@ class QueryPlanner:
             return view, None
         if name in catalog.queries:
             if name not in catalog.read:
+                if name in self._planning:
+                    raise SqlError(f"view {name!r} reads itself (through {sorted(self._planning)}); a view reads "
+                                   "tables and views declared before it")  # fmt: skip
+                self._planning.add(name)
                 catalog.read[name], catalog.columns[name] = self.select(catalog.queries[name].query.copy(), name)
+                self._planning.discard(name)
             return catalog.read[name], catalog.columns[name]
         table = catalog.tables.get(name)
         if table is None:
@@ -147,7 +165,9 @@ class QueryPlanner:
                 watermark = WatermarkStrategy.for_bounded_out_of_orderness(table.watermark.column, delay)
             node_id = builder.source(source, parallelism=parallelism, name=name, watermark=watermark)
             if table.options["connector"] == "datagen":  # generated values as the declared types
-                casts = [f"CAST({quoted(c.name)} AS {c.type}) AS {quoted(c.name)}" for c in table.columns]
+                event_time = table.watermark.column if table.watermark else None  # a timestamp already; kept as is
+                casts = [quoted(c.name) if c.name == event_time else f"CAST({quoted(c.name)} AS {c.type}) AS "
+                         f"{quoted(c.name)}" for c in table.columns]  # fmt: skip
                 casts += [quoted(name) for name, _ in table.computed]
                 node_id = builder.select(node_id, casts, name=f"{name} types", parallelism=parallelism)
             catalog.read[name], catalog.columns[name] = node_id, table.readable_names
@@ -239,10 +259,6 @@ class QueryPlanner:
                 f"by the column a WATERMARK is declared on, and {declared}; declare WATERMARK FOR {time} AS {time} - "
                 "INTERVAL '5' SECOND on the table"
             )
-        if function.args.get("partition_by"):
-            keys = ", ".join(c.sql(dialect=DIALECT) for c in function.args["partition_by"])
-            raise SqlError(f"{function.kind}(TABLE {table.name} PARTITION BY {keys}, …) at {position(function)} is "
-                           "not supported; the GROUP BY's columns key the windows: leave PARTITION BY out")  # fmt: skip
         relation = Relation.of(node_id, None if columns is None else [*columns, *_WINDOW_COLUMNS], {table.name, alias})
         relation.window = function
         return relation
@@ -252,7 +268,7 @@ class QueryPlanner:
         self, node_id: int, query: exp.Select, expressions: list[exp.Expr], names: list[str], into: str
     ) -> tuple[int, list[str]]:
         """GROUP BY: a keyed aggregate of every aggregate call, then the select list over its result."""
-        node_id, keys, expressions, having = self._keys(node_id, query, expressions, into)
+        node_id, keys, expressions, having = self._keys(node_id, query, expressions)
         if not keys:
             raise SqlError(f"an aggregate without GROUP BY at {position(query)} is not supported; GROUP BY a column")
         calls: dict[str, str] = {}
@@ -289,11 +305,17 @@ class QueryPlanner:
                 "keyflow runs window table functions as window aggregations: GROUP BY window_start, window_end[, …]"
             )
         group.set("expressions", [k for k in group.expressions if k.name.lower() not in _WINDOW_COLUMNS])
+        partition = {c.name.lower() for c in function.args.get("partition_by") or []}
+        if partition and partition != {k.name.lower() for k in group.expressions}:
+            raise SqlError(
+                f"{function.kind}(TABLE … PARTITION BY …) at {position(function)}: keyflow keys the windows by the "
+                "GROUP BY's columns besides window_start and window_end; PARTITION BY must name the same columns"
+            )
         constant = not group.expressions
         if constant:  # one window for all rows (Flink runs it at parallelism 1)
             node_id = self.builder.with_columns(node_id, {"__window_all": "0"})
             group.set("expressions", [exp.column("__window_all")])
-        node_id, keys, expressions, having = self._keys(node_id, query, expressions, into)
+        node_id, keys, expressions, having = self._keys(node_id, query, expressions)
         calls: dict[str, str] = {}
         rewritten = [_replace_aggregates(e.copy(), calls) for e in expressions]
         condition = _replace_aggregates(having.copy(), calls) if having is not None else None
@@ -309,7 +331,7 @@ class QueryPlanner:
         return self._project(node_id, rewritten, names, into), names
 
     def _keys(
-        self, node_id: int, query: exp.Select, expressions: list[exp.Expr], into: str
+        self, node_id: int, query: exp.Select, expressions: list[exp.Expr]
     ) -> tuple[int, list[str], list[exp.Expr], exp.Expr | None]:
         """The GROUP BY's key columns; a key that is an expression is computed first as a column
         ``__key<i>``, and the select list and HAVING read that column where they repeat it."""

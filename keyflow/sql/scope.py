@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from keyflow.sql.dialect import WindowTableFunction
-from keyflow.sql.statements import DIALECT, SqlError, position
+from keyflow.sql.errors import SqlError, position
+from keyflow.sql.statements import DIALECT
 
 QUERY_PARTS = ("expressions", "where", "group", "having")
 
@@ -97,6 +98,10 @@ def _found(column: exp.Column, relation: Relation) -> str | None:
                            f"{name!r}; it has {sorted(side.names.values())}")  # fmt: skip
         return side.names[name.lower()]
     having = [side for side in relation.sides if side.has(name)]
+    if not having and all(side.names is not None for side in relation.sides):
+        known = sorted({column for side in relation.sides for column in (side.names or {}).values()})
+        raise SqlError(f"column {name!r} at {position(column)} is not a column of the tables read; they have "
+                       f"{[k for k in known if not k.startswith('__')]}")  # fmt: skip
     if len(having) > 1:
         tables = [sorted(side.aliases)[0] for side in having]
         raise SqlError(f"column {name!r} at {position(column)} is ambiguous: tables {tables} both have it; qualify it "
@@ -117,22 +122,20 @@ def _readable(column: exp.Column, relation: Relation) -> bool:
 
 
 def expand_star(expressions: list[exp.Expr], relation: Relation) -> list[exp.Expr]:
-    """``*`` as the relation's columns, named as written (a repeated name gets a number)."""
+    """``*`` (or ``t.*``) as the relation's columns (``t``'s), named as in its rows: a joined
+    table's column whose name the other has is ``name0`` there, as in Flink."""
     expanded: list[exp.Expr] = []
     for expression in expressions:
-        if not (isinstance(expression, exp.Star) or (isinstance(expression, exp.Column) and expression.is_star)):
+        star = isinstance(expression, exp.Star) or (isinstance(expression, exp.Column) and expression.is_star)
+        if not star:
             expanded.append(expression)
             continue
-        if relation.columns is None:
+        table = expression.table if isinstance(expression, exp.Column) else ""
+        sides = [side for side in relation.sides if not table or table in side.aliases]
+        if table and not sides:
+            raise SqlError(f"{table}.* at {position(expression)} names no table the query reads")
+        if any(side.names is None for side in sides):
             raise SqlError("SELECT * over a view registered from Python: name its columns")
-        taken: set[str] = set()
-        for written, name in relation.order:
-            if written.startswith("__"):
-                continue
-            alias = written
-            while alias.lower() in taken:
-                alias = f"{written}{len(taken)}"
-            taken.add(alias.lower())
-            column = exp.column(name, quoted=True)
-            expanded.append(column if alias == name else exp.alias_(column, alias, quoted=True))
-    return expanded
+        names = {name for side in sides for name in (side.names or {}).values()}
+        expanded.extend(exp.column(name, quoted=True) for _, name in relation.order if name in names)
+    return [e for e in expanded if not (isinstance(e, exp.Column) and e.name.startswith("__"))]

@@ -20,26 +20,10 @@ from keyflow.changelog import OP
 from keyflow.errors import PlanError
 from keyflow.plan.durations import duration
 from keyflow.sql.dialect import Flink
+from keyflow.sql.errors import SqlError, position
 from keyflow.sql.functions import spark_sql
 
 DIALECT = Flink  # reads Flink's syntax; writes expressions as Spark SQL
-
-
-class SqlError(PlanError):
-    """A statement keyflow cannot run: names the construct, where it is and what to do."""
-
-
-def position(node: exp.Expr | list[exp.Expr] | None) -> str:
-    """``line L, column C`` of the first token of ``node`` that the parser located."""
-    if isinstance(node, list):
-        node = node[0] if node else None
-    if node is None:
-        return "position unknown"
-    for child in node.walk():
-        meta = child.meta if isinstance(child, exp.Expr) else {}
-        if "line" in meta:
-            return f"line {meta['line']}, column {meta['col']}"
-    return "position unknown"
 
 
 @dataclass(frozen=True)
@@ -267,6 +251,11 @@ def _create_table(tree: exp.Create) -> CreateTable:
                 f"{where}: {prop.sql(dialect=DIALECT)!r} is not supported; give options in WITH ('key' = 'value')"
             )
         options[_literal(prop.this)] = _literal(prop.args.get("value"))
+    if not options.get("connector") and "connector.type" in options:
+        raise SqlError(
+            f"{where} uses Flink's legacy 'connector.type' options, which Flink itself no longer reads; declare "
+            f"'connector' = '{options['connector.type']}' and that connector's options"
+        )
     if not options.get("connector"):
         raise SqlError(f"{where} has no connector; add WITH ('connector' = 'filesystem', …) (or datagen, log, …)")
     return CreateTable(name, tuple(columns), primary_key, options, where, tuple(computed), watermark)
