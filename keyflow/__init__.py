@@ -42,6 +42,8 @@ _EXPORTS = {
     "upsert_kafka_sink": "keyflow.connectors.kafka.sink",
     "console": "keyflow.connectors.console",
     "blackhole": "keyflow.connectors.console",
+    "nexmark": "keyflow.connectors.nexmark",
+    "udf": "keyflow.plan.functions",
     "WatermarkStrategy": "keyflow.plan.event_time",
     "tumbling": "keyflow.plan.event_time",
     "sliding": "keyflow.plan.event_time",

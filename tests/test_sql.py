@@ -340,3 +340,44 @@ def test_group_by_without_aggregates_is_distinct(tmp_path: Path) -> None:
     expected = duckdb.sql(f"SELECT DISTINCT country, qty FROM '{files}/*.parquet' WHERE qty < 4").df()
     expected = expected.sort_values(["country", "qty"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+
+
+@pytest.mark.jvm
+def test_a_python_function_registered_in_the_api_runs_in_sql_and_python_expressions(tmp_path: Path) -> None:
+    """``Pipeline.register_function`` (Flink's createTemporarySystemFunction): one vectorised
+    function called from SQL and from a Python select; the answer equals pandas'."""
+    from tests.udfs import count_char
+
+    words = pd.DataFrame({"word": ["cocoa", "abc", "", "ccc", None]})
+    (tmp_path / "in").mkdir()
+    words.to_parquet(tmp_path / "in" / "part-0.parquet")
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    pipeline.register_function("count_char", count_char)
+    pipeline.register_function("shout", lambda text: text.str.upper(), "STRING")
+    pipeline.sql(f"""
+        CREATE TABLE words (word STRING)
+          WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "in"}', 'format' = 'parquet');
+        CREATE TABLE counted (word STRING, c BIGINT, loud STRING)
+          WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "out"}', 'format' = 'parquet');
+        INSERT INTO counted SELECT word, count_char(word, 'c'), shout(word) FROM words;
+    """)
+    pipeline.run()
+    got = pd.read_parquet(tmp_path / "out").sort_values("word", na_position="last").reset_index(drop=True)
+    expected = words.assign(c=words["word"].str.count("c"), loud=words["word"].str.upper())
+    expected = expected.sort_values("word", na_position="last").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+
+
+def test_functions_are_checked_when_registered() -> None:
+    from keyflow.errors import PlanError
+
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    with pytest.raises(PlanError, match=r"function name 'no such' must be an identifier"):
+        pipeline.register_function("no such", len, "BIGINT")
+    with pytest.raises(PlanError, match=r"function 'f' is 3, not a callable"):
+        pipeline.register_function("f", 3, "BIGINT")  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match=r"function 'f' has no result type"):
+        pipeline.register_function("f", len)
+    pipeline.register_function("f", len, "BIGINT")
+    with pytest.raises(PlanError, match=r"a function named 'f' is registered already"):
+        pipeline.register_function("f", len, "BIGINT")

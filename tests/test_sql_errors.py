@@ -246,7 +246,16 @@ def plan(script: str, **config: object) -> Pipeline:
         ),
         (
             "CREATE FUNCTION count_char AS 'com.example.CountChar';",
-            r"CREATE FUNCTION at line 1, column \d+ is not supported; user-defined functions are not supported yet",
+            r"CREATE FUNCTION at line 1, column \d+: count_char AS 'com.example.CountChar' is a Java function; keyflow "
+            r"runs Python functions",
+        ),
+        (
+            "CREATE FUNCTION f AS 'tests.nowhere.f' LANGUAGE PYTHON;",
+            r"function 'f': cannot import 'tests.nowhere.f' \(No module named 'tests.nowhere'\)",
+        ),
+        (
+            "CREATE FUNCTION f AS 'json.dumps' LANGUAGE PYTHON;",
+            r"function 'f' has no result type; pass result_type='BIGINT' or declare it with @keyflow.udf\('BIGINT'\)",
         ),
         (
             CLICKS + ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT user_id, amount FROM "

@@ -16,6 +16,7 @@ from keyflow.plan import nodes
 from keyflow.plan.builder import PlanBuilder, check_parallelism
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.event_time import WatermarkStrategy
+from keyflow.plan.functions import scalar_function
 from keyflow.plan.graph import JobGraph
 
 if TYPE_CHECKING:
@@ -86,6 +87,13 @@ class Pipeline:
         for explained in planned.explained:
             print(explained)
         return None if planned.query is None else Stream(self, planned.query)
+
+    def register_function(self, name: str, function: Callable[..., Any], result_type: str | None = None) -> None:
+        """Make ``function`` callable by ``name`` in this pipeline's SQL and expressions
+        (Flink's ``createTemporarySystemFunction``): vectorised, it receives one pandas Series
+        per argument and returns a Series of ``result_type`` (a Spark SQL type, or the one
+        ``@keyflow.udf`` declared)."""
+        self.builder.register_function(scalar_function(name, function, result_type))
 
     def create_temporary_view(self, name: str, stream: Stream) -> None:
         """Make ``stream`` readable in SQL as ``FROM name``."""

@@ -41,6 +41,7 @@ from keyflow.plan.columns import (
 from keyflow.plan.compile import CompiledPlan, compile_plan
 from keyflow.plan.descriptors import StateDescriptor, StateTtlConfig
 from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner
+from keyflow.plan.functions import ScalarFunction
 from keyflow.plan.graph import JobGraph
 from keyflow.plan.uids import check_uid
 
@@ -102,6 +103,7 @@ class PlanBuilder:
         self.config = config.merged(self._overrides)
         self._nodes: dict[int, nodes.Node] = {}
         self._sinks: list[int] = []
+        self._functions: dict[str, ScalarFunction] = {}
 
     @property
     def operators(self) -> Mapping[int, nodes.Node]:
@@ -663,11 +665,17 @@ class PlanBuilder:
         """Whether ``roots`` (default: the sinks) read an unbounded source, so they run as a stream."""
         return nodes.reads_unbounded(nodes.upstream(self._nodes, self._sinks if roots is None else roots))
 
+    def register_function(self, function: ScalarFunction) -> None:
+        """Make ``function`` callable by name in this pipeline's expressions."""
+        if function.name in self._functions:
+            raise PlanError(f"a function named {function.name!r} is registered already; choose another name")
+        self._functions[function.name] = function
+
     def compile(self, roots: Sequence[int] | None = None) -> CompiledPlan:
         """The plan of ``roots`` (default: every sink) and what they depend on."""
         if roots is None and not self._sinks:
             raise PlanError("the pipeline has no sink; end a stream with .sink(parquet('out/...')) or use .to_arrow()")
-        return compile_plan(self._nodes, tuple(self._sinks if roots is None else roots), self.config)
+        return compile_plan(self._nodes, tuple(self._sinks if roots is None else roots), self.config, self._functions)
 
     def plan(self) -> JobGraph:
         """The job graph of the sinks; without sinks, of every stream nothing else reads."""

@@ -8,7 +8,7 @@ single input).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from keyflow.config import (
@@ -27,6 +27,7 @@ from keyflow.connectors.base import HasDeadLetters, SplitSource, changelog_mode
 from keyflow.errors import KeyflowError, PlanError
 from keyflow.keygroups import default_max_parallelism, split_key_groups
 from keyflow.plan.columns import column_problems
+from keyflow.plan.functions import ScalarFunction
 from keyflow.plan.graph import Edge, JobGraph, Operator, Partitioner, Vertex
 from keyflow.plan.nodes import (
     FilterNode,
@@ -61,6 +62,7 @@ class CompiledPlan:
     config: Config
     physical: Mapping[int, KeyedOperator]  # each keyed node's physical kind, by node id
     streaming: bool  # it reads an unbounded source: the kinds keep state across micro-batches
+    functions: Mapping[str, ScalarFunction] = field(default_factory=dict)  # callable by name in expressions
 
     def keyed_operator(self, node: KeyedNode, stateful: bool) -> KeyedOperator:
         """``node``'s physical kind, as compiled; lowered again only for a run of the other
@@ -134,7 +136,7 @@ class CompiledPlan:
 
     def with_config(self, values: Mapping[str, Any]) -> CompiledPlan:
         """The same operators compiled again with ``values`` on top of the configuration."""
-        return compile_plan(self.nodes, self.roots, self.config.merged(values))
+        return compile_plan(self.nodes, self.roots, self.config.merged(values), self.functions)
 
     def rescaled(self, parallelism: int) -> CompiledPlan:
         """The same plan at another default parallelism; K stays (state lives in K key groups)
@@ -142,7 +144,12 @@ class CompiledPlan:
         return self.with_config({DEFAULT_PARALLELISM.key: parallelism, MAX_PARALLELISM.key: self.max_parallelism})
 
 
-def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config) -> CompiledPlan:
+def compile_plan(
+    nodes: Mapping[int, Node],
+    roots: Sequence[int],
+    config: Config,
+    functions: Mapping[str, ScalarFunction] | None = None,
+) -> CompiledPlan:
     """The plan of everything ``roots`` (sinks, or a stream to collect) depend on."""
     ordered = upstream(nodes, roots)
     default = config.default_parallelism()
@@ -218,7 +225,8 @@ def compile_plan(nodes: Mapping[int, Node], roots: Sequence[int], config: Config
         vertices=vertices,
         edges=tuple(edges),
     )
-    return CompiledPlan(graph, {node.id: node for node in ordered}, tuple(roots), config, physical, streaming)
+    nodes_by_id = {node.id: node for node in ordered}
+    return CompiledPlan(graph, nodes_by_id, tuple(roots), config, physical, streaming, dict(functions or {}))
 
 
 def _lowered(ordered: list[Node], streaming: bool) -> tuple[dict[int, KeyedOperator], list[str]]:

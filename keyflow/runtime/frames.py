@@ -17,6 +17,7 @@ import pyarrow as pa
 from pyspark import Accumulator, Broadcast
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf
 
 from keyflow.config import NULL_KEYS, PIPELINE_NAME, PRE_KEYED_VERIFY, STATE_TTL
 from keyflow.connectors.base import MALFORMED_COLUMN, HasDeadLetters
@@ -387,4 +388,7 @@ def session_for(plan: CompiledPlan) -> SparkSession:
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
         **plan.config.spark,
     }
-    return spark_session(settings, app_name=name)
+    session = spark_session(settings, app_name=name)
+    for function in plan.functions.values():  # vectorised: pandas Series in, a Series out
+        session.udf.register(function.name, pandas_udf(function.function, function.result_type))
+    return session

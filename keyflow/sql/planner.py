@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from keyflow.config import MAX_PARALLELISM
+from keyflow.errors import PlanError
 from keyflow.plan.builder import PlanBuilder
+from keyflow.plan.functions import imported, scalar_function
 from keyflow.sql.catalog import Catalog, catalog_of
 from keyflow.sql.errors import SqlError
 from keyflow.sql.options import check_options, parallelism_option
 from keyflow.sql.queries import QueryPlanner, row_kind
-from keyflow.sql.statements import CreateTable, CreateView, Insert, Query, SetOption, parse_script
+from keyflow.sql.statements import CreateFunction, CreateTable, CreateView, Insert, Query, SetOption, parse_script
 from keyflow.sql.tables import quoted, sink_of
 
 
@@ -39,6 +41,12 @@ def plan_script(builder: PlanBuilder, text: str) -> Planned:
                 raise SqlError(f"{statement.where} is declared twice; give the second another name")
             check_options(statement)
             catalog.tables[statement.name] = statement
+        elif isinstance(statement, CreateFunction):
+            try:
+                function = imported(statement.path, statement.where)
+                builder.register_function(scalar_function(statement.name, function))
+            except PlanError as error:
+                raise SqlError(str(error)) from None
         elif isinstance(statement, CreateView):
             if statement.name in catalog:
                 raise SqlError(f"{statement.where} is declared twice; give the second another name")

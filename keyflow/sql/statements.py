@@ -1,9 +1,9 @@
 """A SQL script as typed statements, parsed by sqlglot in keyflow's Flink dialect.
 
 Supported: ``CREATE TABLE … WITH (…)`` (with computed columns and a ``WATERMARK``),
-``CREATE [TEMPORARY] VIEW … AS SELECT …``, ``INSERT INTO … SELECT …``, ``SET 'key' =
-'value'``, ``EXPLAIN INSERT …``, ``EXECUTE STATEMENT SET BEGIN … END`` and, for
-``Pipeline.sql``, a bare ``SELECT``. Anything else is a :class:`SqlError` naming the
+``CREATE [TEMPORARY] VIEW … AS SELECT …``, ``CREATE FUNCTION … LANGUAGE PYTHON``,
+``INSERT INTO … SELECT …``, ``SET 'key' = 'value'``, ``EXPLAIN INSERT …``, ``EXECUTE
+STATEMENT SET BEGIN … END`` and, for ``Pipeline.sql``, a bare ``SELECT``. Anything else is a :class:`SqlError` naming the
 statement and its line.
 """
 
@@ -61,6 +61,15 @@ class CreateTable:
 
 
 @dataclass(frozen=True)
+class CreateFunction:
+    """``CREATE FUNCTION name AS 'package.module.function' LANGUAGE PYTHON``."""
+
+    name: str
+    path: str
+    where: str
+
+
+@dataclass(frozen=True)
 class CreateView:
     name: str
     query: exp.Select
@@ -89,7 +98,7 @@ class Query:
     where: str = ""
 
 
-Statement = CreateTable | CreateView | SetOption | Insert | Query
+Statement = CreateTable | CreateView | CreateFunction | SetOption | Insert | Query
 
 
 @dataclass
@@ -134,6 +143,8 @@ def _read(tree: exp.Expression, reader: _Reader) -> None:
         reader.in_statement_set = False
     elif isinstance(tree, exp.Create) and tree.kind == "VIEW":
         reader.statements.append(_create_view(tree))
+    elif isinstance(tree, exp.Create) and tree.kind == "FUNCTION":
+        reader.statements.append(_create_function(tree))
     elif isinstance(tree, exp.Create):
         reader.statements.append(_create_table(tree))
     elif isinstance(tree, exp.Set):
@@ -189,12 +200,30 @@ def _create_view(tree: exp.Create) -> CreateView:
     return CreateView(name, query, f"view {name!r}")
 
 
+def _create_function(tree: exp.Create) -> CreateFunction:
+    """Flink's ``CREATE FUNCTION … AS '…' LANGUAGE PYTHON``; a Java class is named as such."""
+    name = tree.this.name if isinstance(tree.this, exp.Table) else ""
+    path = tree.expression.name if isinstance(tree.expression, exp.Literal) else ""
+    properties = tree.args.get("properties")
+    languages = [p for p in (properties.expressions if properties else []) if isinstance(p, exp.LanguageProperty)]
+    language = languages[0].this.name.upper() if languages else "JAVA"
+    if not name or not path:
+        raise SqlError(f"CREATE FUNCTION at {position(tree)} must read CREATE FUNCTION name AS 'module.function' "
+                       "LANGUAGE PYTHON")  # fmt: skip
+    if language != "PYTHON":
+        raise SqlError(
+            f"CREATE FUNCTION at {position(tree)}: {name} AS '{path}' is a {language.title()} function; keyflow "
+            f"runs Python functions: CREATE FUNCTION {name} AS 'package.module.function' LANGUAGE PYTHON"
+        )
+    return CreateFunction(name, path, f"function {name!r}")
+
+
 def _create_table(tree: exp.Create) -> CreateTable:
     if tree.kind != "TABLE" or not isinstance(tree.this, exp.Schema):
-        hint = _CREATE_HINTS.get(
-            str(tree.kind), "declare CREATE TABLE name (…) WITH (…) or CREATE VIEW name AS SELECT …"
+        raise SqlError(
+            f"CREATE {tree.kind} at {position(tree)} is not supported; declare CREATE TABLE name (…) WITH (…) or "
+            "CREATE VIEW name AS SELECT …"
         )
-        raise SqlError(f"CREATE {tree.kind} at {position(tree)} is not supported; {hint}")
     name = tree.this.this.name
     where = f"table {name!r}"
     columns: list[ColumnDef] = []
@@ -259,12 +288,6 @@ def _create_table(tree: exp.Create) -> CreateTable:
     if not options.get("connector"):
         raise SqlError(f"{where} has no connector; add WITH ('connector' = 'filesystem', …) (or datagen, log, …)")
     return CreateTable(name, tuple(columns), primary_key, options, where, tuple(computed), watermark)
-
-
-_CREATE_HINTS = {
-    "FUNCTION": "user-defined functions are not supported yet in keyflow SQL; compute the value with Spark SQL's "
-    "built-in functions, or in the Python API (map_batches) and register the stream as a view",
-}
 
 
 def _computed(item: exp.ColumnDef) -> exp.ComputedColumnConstraint | None:
