@@ -3,8 +3,8 @@
 Supported: ``CREATE TABLE … WITH (…)`` (with computed columns and a ``WATERMARK``),
 ``CREATE [TEMPORARY] VIEW … AS SELECT …``, ``CREATE FUNCTION … LANGUAGE PYTHON``,
 ``INSERT INTO … SELECT …``, ``SET 'key' = 'value'``, ``EXPLAIN INSERT …``, ``EXECUTE
-STATEMENT SET BEGIN … END`` and, for ``Pipeline.sql``, a bare ``SELECT``. Anything else is a :class:`SqlError` naming the
-statement and its line.
+STATEMENT SET BEGIN … END`` and, for ``Pipeline.sql``, a bare ``SELECT``. Anything else
+is a :class:`SqlError` naming the statement and its line.
 """
 
 from __future__ import annotations
