@@ -194,20 +194,22 @@ class DatagenSource:
 
     def read_stream(self, spark: SparkSession, parallelism: int) -> DataFrame:
         """Row numbers from a streaming source, ``parallelism`` partitions per micro-batch."""
-        from keyflow.connectors.streams import register
+        from keyflow.connectors.streams import row_numbers
 
-        register(spark)
-        options = {"rows_per_second": self.rows_per_second, "rows": self.rows, "rows_per_batch": self.rows_per_batch}
-        reader = spark.readStream.format("keyflow-rows").option("partitions", parallelism)
-        return self._generate(reader.options(**{k: str(v) for k, v in options.items() if v is not None}).load())
+        assert self.rows_per_second is not None  # unbounded
+        return self._generate(row_numbers(spark, parallelism, self.rows_per_second, self.rows, self.rows_per_batch))
 
     def _generate(self, ids: DataFrame) -> DataFrame:
         row = F.col("id")
-        columns = []
-        for index, (name, field) in enumerate(self.fields.items()):
-            bits = F.xxhash64(row, F.lit(self.seed), F.lit(index)).bitwiseAND(F.lit(_MANTISSA))
-            columns.append(field.column(row, bits.cast("double") / F.lit(float(1 << 53))).alias(name))
+        columns = [field.column(row, uniform(row, self.seed, i)).alias(name) for i, (name, field) in
+                   enumerate(self.fields.items())]  # fmt: skip
         return ids.select(*columns)
+
+
+def uniform(row: Column, seed: int, field: int) -> Column:
+    """A draw in [0, 1) that is a function of (row, seed, field) only: the same at any parallelism."""
+    bits = F.xxhash64(row, F.lit(seed), F.lit(field)).bitwiseAND(F.lit(_MANTISSA))
+    return bits.cast("double") / F.lit(float(1 << 53))
 
 
 def datagen(

@@ -18,6 +18,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from keyflow.connectors.datagen import uniform
 from keyflow.errors import PlanError
 
 FIRST_PERSON_ID, FIRST_AUCTION_ID, FIRST_CATEGORY_ID, NUM_CATEGORIES = 1000, 1000, 10, 5
@@ -30,7 +31,6 @@ US_CITIES = ("Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Be
              "Cheyenne")  # fmt: skip
 HOT_CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
 CHANNELS_NUMBER = 10_000
-_MANTISSA = (1 << 53) - 1
 
 COLUMNS = ("event_type", "person", "auction", "bid")
 
@@ -104,13 +104,10 @@ class NexmarkSource:
 
     def read_stream(self, spark: SparkSession, parallelism: int) -> DataFrame:
         """Event numbers at ``first-event.rate`` per second of wall time."""
-        from keyflow.connectors.streams import register
+        from keyflow.connectors.streams import row_numbers
 
-        register(spark)
-        options = {"rows_per_second": self.config.first_event_rate, "rows": self.config.events,
-                   "rows_per_batch": self.config.rows_per_batch}  # fmt: skip
-        reader = spark.readStream.format("keyflow-rows").option("partitions", parallelism)
-        return self._events(reader.options(**{k: str(v) for k, v in options.items() if v is not None}).load())
+        c = self.config
+        return self._events(row_numbers(spark, parallelism, c.first_event_rate, c.events, c.rows_per_batch))
 
     def _events(self, ids: DataFrame) -> DataFrame:
         c, n = self.config, F.col("id")
@@ -217,8 +214,7 @@ class _Random:
         self.n, self.seed = n, seed
 
     def uniform(self, field: int) -> Column:
-        bits = F.xxhash64(self.n, F.lit(self.seed), F.lit(field)).bitwiseAND(F.lit(_MANTISSA))
-        return bits.cast("double") / F.lit(float(1 << 53))
+        return uniform(self.n, self.seed, field)
 
     def below(self, field: int, bound: int) -> Column:
         return F.floor(self.uniform(field) * F.lit(bound)).cast("long")

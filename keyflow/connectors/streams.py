@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
@@ -186,6 +186,17 @@ class LogDataSource(DataSource):
 def register(spark: SparkSession) -> None:
     for source in (RowRangeDataSource, LogDataSource):
         spark.dataSource.register(source)
+
+
+def row_numbers(
+    spark: SparkSession, parallelism: int, rows_per_second: float, rows: int | None, rows_per_batch: int | None
+) -> DataFrame:
+    """A stream of row numbers ``id`` released at ``rows_per_second`` up to ``rows``, in
+    ``parallelism`` partitions per micro-batch (generated sources compute their rows from it)."""
+    register(spark)
+    options = {"rows_per_second": rows_per_second, "rows": rows, "rows_per_batch": rows_per_batch}
+    reader = spark.readStream.format("keyflow-rows").option("partitions", parallelism)
+    return reader.options(**{key: str(value) for key, value in options.items() if value is not None}).load()
 
 
 class LogStreamSource:

@@ -6,6 +6,9 @@ handing it to Spark (docs/sql.md lists each difference). Pure: sqlglot trees in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from sqlglot import exp
 
 from keyflow.sql.dialect import Flink
@@ -23,26 +26,23 @@ def flink_meanings(expression: exp.Expr) -> exp.Expr:
 
 
 def _rewrite(node: exp.Expr) -> exp.Expr:
-    if _rewritten(node):  # its arguments first: a rewrite builds new nodes, which transform does not revisit
-        for child in list(node.iter_expressions()):
-            child.replace(flink_meanings(child))
+    rewriter = _rewriter(node)
+    if rewriter is None:
+        return node
+    for child in list(node.iter_expressions()):  # its arguments first: transform does not revisit new nodes
+        child.replace(flink_meanings(child))
+    return rewriter(node)
+
+
+def _rewriter(node: exp.Expr) -> Callable[[Any], exp.Expr] | None:
+    """The rewrite Flink's meaning asks of ``node``, if any."""
     if isinstance(node, exp.RegexpExtract):
-        return _regexp_extract(node)
-    if isinstance(node, exp.Anonymous) and node.name.upper() == "SPLIT_INDEX":
-        return _split_index(node)
-    if isinstance(node, exp.Anonymous) and node.name.upper() == "TO_TIMESTAMP_LTZ":
-        return _to_timestamp_ltz(node)
+        return _regexp_extract
+    if isinstance(node, exp.Anonymous):
+        return _BY_NAME.get(node.name.upper())
     if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
-        return _filtered(node.this, node.expression.this)
-    return node
-
-
-def _rewritten(node: exp.Expr) -> bool:
-    return (
-        isinstance(node, exp.RegexpExtract)
-        or (isinstance(node, exp.Anonymous) and node.name.upper() in ("SPLIT_INDEX", "TO_TIMESTAMP_LTZ"))
-        or (isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc))
-    )
+        return lambda filtered: _filtered(filtered.this, filtered.expression.this)
+    return None
 
 
 def _regexp_extract(node: exp.RegexpExtract) -> exp.Expr:
@@ -74,6 +74,12 @@ def _to_timestamp_ltz(node: exp.Anonymous) -> exp.Expr:
             "0 (seconds) or 3 (milliseconds)"
         )
     return _call("timestamp_seconds" if precision.name == "0" else "timestamp_millis", epoch)
+
+
+_BY_NAME: dict[str, Callable[[Any], exp.Expr]] = {
+    "SPLIT_INDEX": _split_index,
+    "TO_TIMESTAMP_LTZ": _to_timestamp_ltz,
+}
 
 
 def _call(name: str, *arguments: exp.Expr) -> exp.Expr:

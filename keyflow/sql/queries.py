@@ -21,7 +21,7 @@ from keyflow.plan.builder import PlanBuilder
 from keyflow.plan.columns import event_time_at
 from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner, session, sliding, tumbling
 from keyflow.sql.catalog import Catalog
-from keyflow.sql.dialect import WindowTableFunction
+from keyflow.sql.dialect import GROUP_WINDOWS, WINDOW_FUNCTIONS, WindowTableFunction
 from keyflow.sql.errors import SqlError, position
 from keyflow.sql.functions import spark_sql
 from keyflow.sql.options import parallelism_option
@@ -271,10 +271,7 @@ class QueryPlanner:
         node_id, keys, expressions, having = self._keys(node_id, query, expressions)
         if not keys:
             raise SqlError(f"an aggregate without GROUP BY at {position(query)} is not supported; GROUP BY a column")
-        calls: dict[str, str] = {}
-        rewritten = [_replace_aggregates(e.copy(), calls) for e in expressions]
-        condition = _replace_aggregates(having.copy(), calls) if having is not None else None
-        _check_grouped(rewritten, condition, keys, calls)
+        calls, rewritten, condition = _aggregate_calls(expressions, having, keys)
         node_id = self.builder.aggregate(
             node_id,
             self.builder.key_by(keys),
@@ -316,10 +313,7 @@ class QueryPlanner:
             node_id = self.builder.with_columns(node_id, {"__window_all": "0"})
             group.set("expressions", [exp.column("__window_all")])
         node_id, keys, expressions, having = self._keys(node_id, query, expressions)
-        calls: dict[str, str] = {}
-        rewritten = [_replace_aggregates(e.copy(), calls) for e in expressions]
-        condition = _replace_aggregates(having.copy(), calls) if having is not None else None
-        _check_grouped(rewritten, condition, [*keys, *_WINDOW_COLUMNS], calls)
+        calls, rewritten, condition = _aggregate_calls(expressions, having, [*keys, *_WINDOW_COLUMNS])
         if not calls:
             calls["__window_rows"] = "COUNT(*)"
         keying = self.builder.key_by(keys)
@@ -411,7 +405,7 @@ def _group_window(query: exp.Select, relation: Relation, builder: PlanBuilder) -
     group = query.args.get("group")
     windows = [
         key for key in (group.expressions if group else [])
-        if isinstance(key, exp.Anonymous) and key.name.upper() in ("TUMBLE", "HOP", "SESSION")
+        if isinstance(key, exp.Anonymous) and key.name.upper() in GROUP_WINDOWS
     ]  # fmt: skip
     if not windows or group is None:
         return
@@ -464,7 +458,7 @@ def _refuse_group_windows(query: exp.Select) -> None:
     """A TUMBLE/HOP/SESSION/CUMULATE call left in the query: not a GROUP BY window."""
     for tree in own_nodes(query):
         for node in tree.walk():
-            if isinstance(node, exp.Anonymous) and node.name.upper() in ("TUMBLE", "HOP", "SESSION", "CUMULATE"):
+            if isinstance(node, exp.Anonymous) and node.name.upper() in WINDOW_FUNCTIONS:
                 raise SqlError(
                     f"{node.name.upper()}(…) at {position(node)} is not supported here; use the window table "
                     f"function: FROM TABLE({node.name.upper()}(TABLE t, DESCRIPTOR(ts), …)) GROUP BY window_start, "
@@ -489,6 +483,18 @@ def _output_names(expressions: list[exp.Expr]) -> list[str]:
             candidate, number = f"{name}{number}", number + 1
         unique.append(candidate)
     return unique
+
+
+def _aggregate_calls(
+    expressions: list[exp.Expr], having: exp.Expr | None, keys: list[str]
+) -> tuple[dict[str, str], list[exp.Expr], exp.Expr | None]:
+    """The aggregate calls of the select list and HAVING (by their output column), both
+    rewritten to read those columns; every other column they read must be a key."""
+    calls: dict[str, str] = {}
+    rewritten = [_replace_aggregates(e.copy(), calls) for e in expressions]
+    condition = _replace_aggregates(having.copy(), calls) if having is not None else None
+    _check_grouped(rewritten, condition, keys, calls)
+    return calls, rewritten, condition
 
 
 def _check_grouped(

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from keyflow.changelog import OP
+from keyflow.config import parse_size
 from keyflow.connectors.base import Sink, Source
 from keyflow.connectors.kafka.options import Client, Formats, Startup, specific_offsets, split_list
-from keyflow.errors import PlanError
+from keyflow.errors import ConfigError, PlanError
 from keyflow.sql.errors import SqlError
 from keyflow.sql.options import (
     check_options,
@@ -141,14 +141,14 @@ def _nexmark(table: CreateTable) -> Source:
 
 
 def _bytes(table: CreateTable, key: str) -> int | None:
-    """A memory size as Flink writes it: ``200b``, ``1kb``, ``2 mb``."""
+    """A memory size as Flink writes it (``200b``, ``1kb``), read as the configuration reads one."""
     value = table.options.get(key)
     if value is None:
         return None
-    match = re.fullmatch(r"\s*(\d+)\s*(b|kb|k|mb|m)?\s*", value.lower())
-    if not match:
-        raise SqlError(f"{table.where}: '{key}' = '{value}' is not a size; write e.g. '200b' or '1kb'")
-    return int(match.group(1)) * {"b": 1, None: 1, "kb": 1024, "k": 1024, "mb": 1 << 20, "m": 1 << 20}[match.group(2)]
+    try:
+        return parse_size(f"'{key}'", value)
+    except ConfigError:
+        raise SqlError(f"{table.where}: '{key}' = '{value}' is not a size; write e.g. '200b' or '1kb'") from None
 
 
 @contextmanager
