@@ -35,14 +35,14 @@ def schema_ddl(table: CreateTable) -> str:
 
 def source_of(table: CreateTable) -> Source:
     """The source reading ``table``, with its computed columns."""
-    source = _source(table)
-    if not table.computed:
-        return source
-    if table.options["connector"] in ("upsert-log", "upsert-kafka", "log"):
+    if table.computed and table.options["connector"] in ("upsert-log", "upsert-kafka", "log"):
         raise SqlError(
             f"{table.where}: computed columns on a '{table.options['connector']}' table are not supported yet; "
             "compute them in a view over the table"
         )
+    source = _source(table)
+    if not table.computed:
+        return source
     from keyflow.connectors.computed import ComputedColumns
 
     return ComputedColumns(source, table.computed)
