@@ -125,7 +125,7 @@ def plan(script: str, **config: object) -> Pipeline:
             ORDERS.format(extra="")
             + OUT.format(extra="")
             + "INSERT INTO out SELECT user_id, SUM(amount) OVER (PARTITION BY user_id) FROM orders;",
-            r"OVER at line 3, column \d+ is not supported in keyflow SQL yet",
+            r"OVER at line 3, column \d+ is not supported in keyflow SQL yet \(an OVER aggregation",
         ),
         (
             ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT user_id, amount FROM orders "
@@ -225,7 +225,7 @@ def plan(script: str, **config: object) -> Pipeline:
         (
             CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT c.user_id, SUM(c.amount) OVER (PARTITION BY "
             "c.user_id ORDER BY c.ts) FROM clicks c;",
-            r"OVER at line 3, column \d+ is not supported in keyflow SQL yet",
+            r"OVER at line 3, column \d+ is not supported in keyflow SQL yet \(an OVER aggregation",
         ),
         (
             "CREATE TABLE t (a INT, p AS PROCTIME()) WITH ('connector' = 'blackhole');",
@@ -375,6 +375,58 @@ def plan(script: str, **config: object) -> Pipeline:
             "CREATE TABLE t (k BIGINT, v BIGINT, w AS v + 1, PRIMARY KEY (k) NOT ENFORCED) WITH ('connector' = "
             "'upsert-log', 'path' = '/tmp/log'); SELECT * FROM t;",
             r"table 't': computed columns on a 'upsert-log' table are not supported yet; compute them in a view",
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY "
+            "amount DESC) AS rn FROM orders);",
+            r"ROW_NUMBER\(\) OVER at line 2, column \d+ without a filter on rn in the outer query: keyflow runs "
+            r"ROW_NUMBER as Flink's Top-N; add WHERE rn <= N \(N = 1 deduplicates\)",
+        ),
+        *(
+            (
+                ORDERS.format(extra="") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY "
+                f"amount DESC) AS rn FROM orders) WHERE {condition} AND amount > 0;",
+                rf"{condition} at line 2, column \d+: keyflow's Top-N filters the row number with rn <= N, rn < N or "
+                "rn = 1",
+            )
+            for condition in ("rn > 3", "rn <= 0", "rn = 2", "rn <= amount")
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT * FROM (SELECT *, RANK() OVER (PARTITION BY user_id ORDER BY amount) "
+            "AS r FROM orders) WHERE r <= 3;",
+            r"RANK\(\) OVER at line 2, column \d+ is not supported yet; keyflow's Top-N numbers rows with ROW_NUMBER",
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY "
+            "amount NULLS LAST) AS rn FROM orders) WHERE rn = 1;",
+            r"NULLS LAST at line 2, column \d+: keyflow's Top-N puts nulls first ascending and last descending",
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY amount) AS rn FROM "
+            "orders) WHERE rn <= 3;",
+            r"ROW_NUMBER\(\) OVER at line 2, column \d+ needs PARTITION BY and ORDER BY",
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT user_id, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY amount) AS rn "
+            "FROM orders;",
+            r"ROW_NUMBER\(\) OVER at line 2, column \d+ runs as Flink's Top-N only as a column of a derived table",
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT * FROM (SELECT user_id, ROW_NUMBER() OVER (PARTITION BY user_id ORDER "
+            "BY amount) FROM orders) WHERE user_id = 'a';",
+            r"ROW_NUMBER\(\) OVER at line 2, column \d+: keyflow runs one, named \(… AS rownum\), per query",
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT * FROM (SELECT user_id, COUNT(*) AS n, ROW_NUMBER() OVER (PARTITION BY "
+            "user_id ORDER BY user_id) AS rn FROM orders GROUP BY user_id) WHERE rn = 1;",
+            r"ROW_NUMBER\(\) OVER at line 2, column \d+ in a query with GROUP BY, aggregates, windows or DISTINCT",
+        ),
+        (
+            ORDERS.format(extra=", 'source.watch' = 'true'") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER "
+            "(PARTITION BY n ORDER BY user_id) AS rn FROM (SELECT user_id, COUNT(*) AS n FROM orders GROUP BY "
+            "user_id)) WHERE rn <= 1;",
+            r"ROW_NUMBER\(\) OVER at line 2, column \d+ ranks rows that are updated or retracted \(a streaming "
+            r"GROUP BY, an outer join or a changelog table\)",
         ),
         (
             "EXECUTE STATEMENT SET BEGIN " + ORDERS.format(extra="") + "END;",

@@ -308,6 +308,16 @@ class KeyedStream:
         stream = self._stream
         return stream._then(stream._builder.aggregate(stream.node_id, self._keying, aggregations))
 
+    def top_n(self, n: int, *order_by: str, row_number: str | None = None, name: str = "top-n") -> Stream:
+        """Each key's first ``n`` rows by ``order_by`` (``"price DESC"``, ``"order_id"``;
+        ascending puts nulls first, descending last): Flink's Top-N, SQL's ``ROW_NUMBER() …
+        WHERE rn <= n``. ``row_number``: a column numbering the rows 1..n. Over an unbounded
+        source the output is a changelog: a row pushed out of its key's top is retracted."""
+        order = [_ordering(item, name) for item in order_by]
+        stream = self._stream
+        node_id = stream._builder.rank(stream.node_id, self._keying, order, n, row_number, name=name)
+        return stream._then(node_id)
+
     def connect(self, other: KeyedStream) -> ConnectedStreams:
         """This keyed stream and ``other`` in one operator with one keyed state (Flink's
         ``connect``): both are routed by the same key groups, so the state of a key sees the
@@ -443,3 +453,11 @@ class WindowedStream:
             stream.node_id, self._keyed._keying, self._windowing, function, schema, name
         )
         return stream._then(node_id)
+
+
+def _ordering(item: str, operator: str) -> tuple[str, bool]:
+    """``"price DESC"`` as ``("price", True)``; ``"price"`` or ``"price ASC"`` ascending."""
+    words = item.split() if isinstance(item, str) else []
+    if len(words) == 1 or (len(words) == 2 and words[1].upper() in ("ASC", "DESC")):
+        return words[0], len(words) == 2 and words[1].upper() == "DESC"
+    raise PlanError(f"{operator}: order {item!r} is not a column with an optional ASC or DESC, e.g. 'price DESC'")

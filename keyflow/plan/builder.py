@@ -291,6 +291,47 @@ class PlanBuilder:
             reinterpreted=keying.reinterpreted,
         )
 
+    def rank(
+        self,
+        input_id: int,
+        keying: Keying,
+        order: Sequence[tuple[str, bool]],
+        limit: int,
+        rank_column: str | None = None,
+        name: str = "top-n",
+    ) -> int:
+        """The first ``limit`` rows of each key by ``order`` ((column, descending) pairs): Flink's
+        Top-N, and its deduplication where the order is the event-time column alone. Over an
+        unbounded input the output is a changelog: rows leaving the top are retracted."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise PlanError(f"{name}: the number of rows to keep per key is {limit!r}; give a whole number >= 1")
+        if not order or not all(isinstance(c, str) and c.strip() and isinstance(d, bool) for c, d in order):
+            raise PlanError(f"{name}: order {list(order)!r} must be (column, descending) pairs, e.g. [('price', True)]")
+        if rank_column is not None and not (isinstance(rank_column, str) and rank_column.strip()):
+            raise PlanError(f"{name}: row_number={rank_column!r} must be a column name, e.g. 'rn', or None")
+        if self.is_changelog(input_id):
+            raise PlanError(
+                f"{name}: its input {self.node(input_id).name!r} is a changelog (it updates or retracts rows), and "
+                "keyflow's Top-N keeps only each key's first rows, so it cannot take a row back yet; rank an "
+                "insert-only input (e.g. before the aggregate or outer join)"
+            )
+        event_time = event_time_at(self.operators, input_id)
+        time_ordered = len(order) == 1 and event_time is not None and order[0][0].lower() == event_time.lower()
+        return self._add(
+            nodes.RankNode,
+            (input_id,),
+            name,
+            None,
+            keys=keying.keys,
+            on_null=keying.on_null,
+            reinterpreted=keying.reinterpreted,
+            order=tuple(order),
+            limit=limit,
+            rank_column=rank_column,
+            changelog=self.reads_unbounded([input_id]),
+            time_ordered=time_ordered,
+        )
+
     def windowing(
         self, input_id: int, keying: Keying, assigner: object, allowed_lateness: int, late_rows: object
     ) -> nodes.Windowing:

@@ -33,6 +33,7 @@ from keyflow.plan.nodes import (
     Node,
     NormalizeNode,
     ProcessNode,
+    RankNode,
     SelectNode,
     SinkNode,
     SourceNode,
@@ -83,6 +84,9 @@ def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) ->
     if isinstance(node, AggregateNode):
         keys = {key: upstream.get(key) for key in node.keys}
         return {**keys, **dict.fromkeys(node.aggregations), **({OP: "string"} if node.changelog else {})}
+    if isinstance(node, RankNode):
+        ranked = {node.rank_column: "bigint"} if node.rank_column else {}
+        return {**upstream, **ranked, **({OP: "string"} if node.changelog else {})}
     if isinstance(node, NormalizeNode):
         return None  # internal columns (offsets, deletes) are dropped at run time
     return upstream
@@ -240,6 +244,18 @@ def _keyed_problems(node: KeyedNode, available: dict[str, Type]) -> list[str]:
         problems.extend(missing_order_by_message(node, c, list(available)) for c in node.order_by if c not in available)
     if isinstance(node, AggregateNode):
         problems.extend(_aggregate_problems(node, available))
+    if isinstance(node, RankNode):
+        problems.extend(
+            f"operator {node.name!r} orders by column {column!r}, which is not among its input's columns "
+            f"{list(available)}"
+            for column, _ in node.order
+            if column not in available
+        )
+        if node.rank_column in available:
+            problems.append(
+                f"operator {node.name!r}: its row number column {node.rank_column!r} has the name of an input "
+                "column; name it otherwise"
+            )
     return problems
 
 

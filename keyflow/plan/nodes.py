@@ -317,6 +317,44 @@ class CoProcessNode(ConnectedNode):
         return described
 
 
+@dataclass(frozen=True, eq=False)
+class RankNode(KeyedNode):
+    """Flink's Top-N (``ROW_NUMBER() OVER (PARTITION BY keys ORDER BY …)`` filtered by
+    ``rownum <= limit``): the first ``limit`` rows of each key by ``order`` ((column,
+    descending) pairs; ascending puts nulls first, descending last, as Flink). With
+    ``rank_column`` each row carries its row number under that name. ``changelog``: the input
+    is unbounded, so the output retracts rows that leave the top (``-D``, or ``-U`` where a
+    rank's row changes). ``time_ordered``: ordered by the event-time column alone, which with
+    a limit of 1 and no rank column is Flink's deduplication (a later row of an equal time
+    replaces the kept one when descending: keep the last row)."""
+
+    order: tuple[tuple[str, bool], ...] = ()
+    limit: int = 1
+    rank_column: str | None = None
+    changelog: bool = False
+    time_ordered: bool = False
+    kind: ClassVar[str] = "rank"
+
+    @property
+    def deduplicates(self) -> bool:
+        """Whether it is Flink's deduplication (keep the first or last row by event time)."""
+        return self.time_ordered and self.limit == 1 and self.rank_column is None
+
+    def describe(self) -> dict[str, Any]:
+        described: dict[str, Any] = {
+            "keys": list(self.keys),
+            "order": [f"{column} {'DESC' if descending else 'ASC'}" for column, descending in self.order],
+            "limit": self.limit,
+        }
+        if self.rank_column:
+            described["rank_column"] = self.rank_column
+        if self.deduplicates:
+            described["deduplicate"] = "keep first row" if not self.order[0][1] else "keep last row"
+        if self.changelog:
+            described["changelog"] = True
+        return described
+
+
 JOIN_TYPES = ("inner", "left", "right", "full")
 
 
@@ -422,13 +460,14 @@ def function_name(function: Callable[..., Any] | None) -> str:
 
 def emits_changelog(nodes: Mapping[int, Node], node_id: int) -> bool:
     """Whether the rows of ``node_id`` carry row kinds (``op``): a normalized changelog source,
-    an aggregate over a changelog, an outer join, and the stateless operators after them."""
+    an aggregate over a changelog, an outer join, a streaming Top-N, and the stateless
+    operators after them."""
     node = nodes[node_id]
     if isinstance(node, NormalizeNode):
         return True
     if isinstance(node, JoinNode):
         return node.changelog
-    if isinstance(node, AggregateNode):
+    if isinstance(node, (AggregateNode, RankNode)):
         return node.changelog
     if isinstance(node, SourceNode):
         return changelog_mode(node.source) == "all"

@@ -23,6 +23,7 @@ from keyflow.plan.nodes import (
     KeyedNode,
     NormalizeNode,
     ProcessNode,
+    RankNode,
     WindowAggregateNode,
     WindowJoinNode,
     WindowProcessNode,
@@ -199,6 +200,33 @@ class WindowProcess(KeyedOperator):
         return (("rows", "the input's rows"), window_contents(self.node.windowing.assigner))
 
 
+@dataclass(frozen=True, eq=False)
+class Rank(KeyedOperator):
+    """Batch Top-N: Spark's ``row_number`` over each key's rows, then the exchange by key group."""
+
+    node: RankNode
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        order = ", ".join(f"{column} {'DESC' if descending else 'ASC'}" for column, descending in self.node.order)
+        return (("rows", f"the first {self.node.limit} rows by {order}"),)
+
+
+@dataclass(frozen=True, eq=False)
+class AppendOnlyTopN(Rank):
+    """Flink's AppendOnlyTopNFunction: each key's first rows in state, in order; a row that
+    enters them pushes the last one out (``-D``, or with row numbers ``-U``/``+U`` for every
+    rank whose row changed)."""
+
+    layout: ClassVar[StateLayout] = StateLayout.TOP_ROWS
+
+
+@dataclass(frozen=True, eq=False)
+class Deduplicate(AppendOnlyTopN):
+    """Flink's row-time deduplication: each key's kept row in state; keeping the last row, a
+    later row of an equal or later time replaces it (``-U``/``+U``); keeping the first, only
+    an earlier one does."""
+
+
 def window_contents(assigner: WindowAssigner) -> tuple[str, str]:
     """The windows a window operator's state is cut by (a restore with other windows is refused)."""
     return "window", json.dumps(assigner.describe(), sort_keys=True)
@@ -224,6 +252,8 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
         return WindowJoin(node)
     if isinstance(node, JoinNode):
         return RegularJoin(node)
+    if isinstance(node, RankNode):
+        return (Deduplicate if node.deduplicates else AppendOnlyTopN)(node) if node.changelog else Rank(node)
     if not isinstance(node, AggregateNode):
         raise AssertionError(f"no physical kind for {node.kind} {node.name!r}")
     calls = parse_aggregations(node.aggregations)

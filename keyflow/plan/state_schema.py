@@ -19,6 +19,7 @@ class StateLayout(StrEnum):
     RETRACTING = "retracting"  # what retraction needs: value multisets for min, max, distinct
     WINDOWS = "windows"  # one slot per key and window: its merged partials and when it fires
     SESSIONS = "sessions"  # per key: its open sessions' bounds and partials, merged as rows bridge them
+    TOP_ROWS = "top_rows"  # per key: its first rows in the Top-N's order
 
 
 class KeyGroupSource(StrEnum):

@@ -289,6 +289,8 @@ class FrameBuilder:
         types = {key: upstream.schema[key].dataType.simpleString() for key in node.keys}
         if isinstance(node, nodes.JoinNode):  # its state holds each input's rows: their columns are fixed too
             types.update({f"rows of input {i + 1}": upstream.schema[PACKED[i]].dataType.simpleString() for i in (0, 1)})
+        if isinstance(node, nodes.RankNode):  # its state holds the input's rows
+            types["rows"] = upstream.schema.simpleString()
         return types
 
     def _unionable(self, input_id: int, frame: DataFrame) -> DataFrame:

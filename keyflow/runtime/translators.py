@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark import Accumulator, Broadcast
 from pyspark.errors import AnalysisException, ParseException
-from pyspark.sql import Column, DataFrame, GroupedData, Observation
+from pyspark.sql import Column, DataFrame, GroupedData, Observation, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -53,6 +53,7 @@ from keyflow.runtime.operators import (
     map_in_arrow,
     session_timezone,
 )
+from keyflow.runtime.ranks import RankShape, TopNRows
 from keyflow.runtime.window_assign import EVENT_MICROS, field_micros, split_late, with_windows
 from keyflow.runtime.windows import (
     END_MICROS,
@@ -491,6 +492,33 @@ def _arguments(
     return prepared, specs, types
 
 
+def _rank(operator: physical.Rank, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """Batch: Spark's ``row_number`` over each key's rows (nulls first ascending, last
+    descending: Flink's order), then the exchange by key group; no state."""
+    node = operator.node
+    order = [F.col(c).desc_nulls_last() if descending else F.col(c).asc_nulls_first() for c, descending in node.order]
+    number = F.row_number().over(Window.partitionBy(*node.keys).orderBy(*order)).cast("bigint")
+    ranked = frame.withColumn(RANK_NUMBER, number).filter(F.col(RANK_NUMBER) <= node.limit)
+    ranked = ranked.withColumnRenamed(RANK_NUMBER, node.rank_column) if node.rank_column else ranked.drop(RANK_NUMBER)
+    return context.exchange(ranked, keep_key_group=False)
+
+
+RANK_NUMBER = "__rank_number"
+
+
+def _top_n(operator: physical.AppendOnlyTopN, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """Streaming: each key's first rows in state, the changes emitted (``keyflow.runtime.ranks``)."""
+    node, frame = operator.node, frame.drop(KEY_GROUP_COLUMN)
+    types = to_arrow_schema(frame.schema, timezone=session_timezone(frame))
+    deduplicates = isinstance(operator, physical.Deduplicate)
+    latest_wins = deduplicates and node.order[0][1]  # keep the last row: a later row of an equal time replaces
+    shape = RankShape(pa.struct(list(types)), node.order, node.limit, node.rank_column, latest_wins, deduplicates)
+    ranked = [pa.field(node.rank_column, pa.int64())] if node.rank_column else []
+    output = pa.schema([*types, *ranked, pa.field(OP, pa.string())])
+    exchanged = context.exchange(frame, keep_key_group=True)
+    return context.run(exchanged, TopNRows(shape, output), output, shape.state(), ())
+
+
 TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedContext], DataFrame]] = {
     physical.ChangelogNormalize: _normalize,
     physical.KeyedProcess: _process,
@@ -507,4 +535,7 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.InWorkerAggregate: _in_worker,
     physical.RetractingAggregate: _retracting,
     physical.InWorkerDistinctAggregate: _in_worker_distinct,
+    physical.Rank: _rank,
+    physical.AppendOnlyTopN: _top_n,
+    physical.Deduplicate: _top_n,
 }

@@ -11,6 +11,8 @@ select list a projection. Expressions run as Spark SQL with Flink's meanings
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlglot import exp
 
 from keyflow.changelog import OP
@@ -53,9 +55,10 @@ class QueryPlanner:
         self._joins = 0
         self._planning: set[str] = set()  # views being planned: one that reads itself is an error
 
-    def select(self, query: exp.Select, into: str) -> tuple[int, list[str]]:
+    def select(self, query: exp.Select, into: str, top_n: TopN | None = None) -> tuple[int, list[str]]:
         """The node of ``query`` and the names of its columns (a changelog's ``op`` aside).
-        Its operators are named after ``into`` (the sink table), so their ids stay stable."""
+        Its operators are named after ``into`` (the sink table), so their ids stay stable.
+        ``top_n``: the outer query keeps the first rows by this query's ``ROW_NUMBER()``."""
         for arg, construct in _UNSUPPORTED.items():
             if query.args.get(arg):
                 raise SqlError(f"{construct} at {position(query.args[arg])} is not supported in keyflow SQL"
@@ -63,10 +66,15 @@ class QueryPlanner:
         source = query.args.get("from_")
         if source is None:
             raise SqlError(f"SELECT at {position(query)} reads no table; add FROM table")
-        relation = self.relation(source.this, into)
+        ranked = _top_n_of(source.this, query)
+        if ranked is not None:
+            node_id, names = self.select(source.this.this, into, ranked)
+            relation = Relation.of(node_id, names, {source.this.alias})
+        else:
+            relation = self.relation(source.this, into)
         for join in query.args.get("joins") or []:
             relation = self._joined(relation, join, query, into)
-        _refuse_in_expressions(query)
+        _refuse_in_expressions(query, top_n.window if top_n else None)
         written = expand_star([e.copy() for e in query.expressions], relation)
         resolve(query, relation)
         _group_window(query, relation, self.builder)
@@ -86,6 +94,13 @@ class QueryPlanner:
         expressions = expand_star(query.expressions, relation)
         grouped = query.args.get("group")
         aggregated = any(isinstance(n, exp.AggFunc) for e in expressions for n in e.walk())
+        if top_n is not None:
+            if grouped is not None or aggregated or relation.window is not None or query.args.get("distinct"):
+                raise SqlError(
+                    f"ROW_NUMBER() OVER at {position(top_n.window)} in a query with GROUP BY, aggregates, windows or "
+                    "DISTINCT is not supported yet; rank the grouped rows in an outer query"
+                )
+            return self._top_n(node_id, top_n, expressions, names, into), names
         if query.args.get("distinct") and (grouped is not None or aggregated or relation.window is not None):
             raise SqlError(f"SELECT DISTINCT with GROUP BY, aggregates or windows at {position(query)} is not "
                            "supported yet; select from the grouped query in a derived table with DISTINCT")  # fmt: skip
@@ -347,6 +362,55 @@ class QueryPlanner:
             node_id = self.builder.with_columns(node_id, computed)
         return node_id, keys, expressions, condition
 
+    def _top_n(self, node_id: int, top_n: TopN, expressions: list[exp.Expr], names: list[str], into: str) -> int:
+        """The select list, then Flink's Top-N by its ``ROW_NUMBER() OVER (PARTITION BY …
+        ORDER BY …)``: keyed by the partition, the first ``top_n.limit`` rows in the order;
+        the row number is a column only where the outer query reads it."""
+        at = next(i for i, e in enumerate(expressions) if e.find(exp.Window) is not None)
+        window = expressions[at].unalias()
+        listed = [(e, n) for i, (e, n) in enumerate(zip(expressions, names, strict=True)) if i != at]
+        partition, ordered = window.args.get("partition_by") or [], window.args.get("order")
+        if not partition or ordered is None:
+            raise SqlError(
+                f"ROW_NUMBER() OVER at {position(window)} needs PARTITION BY and ORDER BY: keyflow runs it as Flink's "
+                "Top-N, keyed by the partition"
+            )
+        if window.args.get("spec") is not None:
+            raise SqlError(f"a frame (ROWS/RANGE BETWEEN) in ROW_NUMBER() OVER at {position(window)} has no meaning; "
+                           "remove it")  # fmt: skip
+        if self.builder.is_changelog(node_id):
+            raise SqlError(
+                f"ROW_NUMBER() OVER at {position(window)} ranks rows that are updated or retracted (a streaming GROUP "
+                "BY, an outer join or a changelog table); keyflow's Top-N ranks insert-only rows yet: rank the rows "
+                "before they are aggregated or joined"
+            )
+        hidden: dict[str, exp.Expr] = {}
+
+        def column_of(tree: exp.Expr, prefix: str) -> str:
+            for expression, name in listed:  # a column the select list has already
+                if _same_column(expression.unalias(), tree):
+                    return name
+            hidden[f"__{prefix}{len(hidden)}"] = tree
+            return f"__{prefix}{len(hidden) - 1}"
+
+        keys = [column_of(key, "rank_key") for key in partition]
+        order = [(column_of(item.this, "rank_order"), bool(item.args.get("desc"))) for item in ordered.expressions]
+        for item in ordered.expressions:
+            if item.args.get("nulls_first") is not None and item.args["nulls_first"] == bool(item.args.get("desc")):
+                nulls = "FIRST" if item.args["nulls_first"] else "LAST"
+                raise SqlError(
+                    f"NULLS {nulls} at {position(item)}: keyflow's Top-N puts nulls first ascending and last "
+                    "descending (Flink's default); remove it"
+                )
+        columns = [f"{spark_sql(e.unalias())} AS {quoted(n)}" for e, n in listed]
+        columns += [f"{spark_sql(tree)} AS {quoted(name)}" for name, tree in hidden.items()]
+        node_id = self.builder.select(node_id, columns, name=f"select ({into})")
+        rank_column = names[at] if top_n.numbered else None
+        node_id = self.builder.rank(node_id, self.builder.key_by(keys), order, top_n.limit, rank_column,
+                                    name=f"top-n ({into})")  # fmt: skip
+        kept = [quoted(n) for i, n in enumerate(names) if i != at or top_n.numbered]
+        return self.builder.select(node_id, [*kept, *row_kind(self.builder, node_id)], name=f"top-n columns ({into})")
+
     def _project(self, node_id: int, expressions: list[exp.Expr], names: list[str], into: str) -> int:
         """The select list, named ``names``; a changelog keeps its row kinds."""
         projected = [f"{spark_sql(e.unalias())} AS {quoted(n)}" for e, n in zip(expressions, names, strict=True)]
@@ -437,13 +501,13 @@ def _group_window(query: exp.Select, relation: Relation, builder: PlanBuilder) -
         query.set("having", query.args["having"].transform(bounds))
 
 
-def _refuse_in_expressions(query: exp.Select) -> None:
-    """Constructs inside this query's own expressions (not its FROM) keyflow does not run yet."""
+def _refuse_in_expressions(query: exp.Select, top_n: exp.Window | None) -> None:
+    """Constructs inside this query's own expressions (not its FROM) keyflow does not run yet;
+    ``top_n``: the ROW_NUMBER an outer query filters (a Top-N), the one window allowed."""
     for tree in own_nodes(query):
         for node in tree.walk():
-            if isinstance(node, exp.Window):
-                what = "ROW_NUMBER() OVER (Top-N, deduplication)" if isinstance(node.this, exp.RowNumber) else "OVER"
-                raise SqlError(f"{what} at {position(node)} is not supported in keyflow SQL yet")
+            if isinstance(node, exp.Window) and node is not top_n:
+                raise SqlError(_window_refusal(node))
             if isinstance(node, exp.Anonymous) and node.name.upper() == "PROCTIME":
                 raise SqlError(
                     f"PROCTIME() at {position(node)} is not supported: keyflow's SQL runs in event time; declare a "
@@ -538,3 +602,96 @@ def _upserts_without_row_kinds(builder: PlanBuilder, node_id: int) -> bool:
     while isinstance(node, (nodes.SelectNode, nodes.FilterNode, nodes.WithColumnsNode)):
         node = builder.node(node.inputs[0])
     return isinstance(node, nodes.AggregateNode) and not node.changelog and builder.reads_unbounded([node.id])
+
+
+@dataclass(frozen=True)
+class TopN:
+    """A Top-N an outer query asks of its derived table: keep the first ``limit`` rows by the
+    table's ``window`` (its ``ROW_NUMBER() OVER``); ``numbered``: the outer query reads the
+    row number."""
+
+    window: exp.Window
+    limit: int
+    numbered: bool
+
+
+def _top_n_of(item: exp.Expr, query: exp.Select) -> TopN | None:
+    """Flink's Top-N pattern: ``FROM (SELECT …, ROW_NUMBER() OVER (…) AS rn FROM …) WHERE rn <=
+    N``; the conjunct on ``rn`` is taken out of ``query``'s WHERE. None: no ROW_NUMBER there."""
+    if not (isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select)):
+        return None
+    numbered = [
+        e for e in item.this.expressions if isinstance(e.unalias(), exp.Window) and isinstance(e.unalias().this,
+                                                                                                exp.RowNumber)
+    ]  # fmt: skip
+    if not numbered:
+        return None
+    window = numbered[0].unalias()
+    if len(numbered) > 1 or not isinstance(numbered[0], exp.Alias):
+        raise SqlError(f"ROW_NUMBER() OVER at {position(window)}: keyflow runs one, named (… AS rownum), per query as "
+                       "Flink's Top-N; name it and filter it in the outer query")  # fmt: skip
+    name = numbered[0].alias.lower()
+    where = query.args.get("where")
+    conjuncts = (where.this.flatten() if isinstance(where.this, exp.And) else [where.this]) if where else []
+    on_rank = [c for c in conjuncts if any(column.name.lower() == name for column in c.find_all(exp.Column))]
+    limits = [(c, _rank_limit(c, name)) for c in on_rank]
+    if not limits:
+        raise SqlError(
+            f"ROW_NUMBER() OVER at {position(window)} without a filter on {numbered[0].alias} in the outer query: "
+            f"keyflow runs ROW_NUMBER as Flink's Top-N; add WHERE {numbered[0].alias} <= N (N = 1 deduplicates)"
+        )
+    for conjunct, limit in limits:
+        if limit is None:
+            rank = numbered[0].alias
+            raise SqlError(
+                f"{conjunct.sql(dialect=DIALECT)} at {position(conjunct)}: keyflow's Top-N filters the row number "
+                f"with {rank} <= N, {rank} < N or {rank} = 1"
+            )
+    rest = [c for c in conjuncts if all(c is not taken for taken, _ in limits)]
+    query.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
+    reads = [c for e in [*query.expressions, *([query.args["where"]] if rest else [])] for c in e.find_all(exp.Column)]
+    starred = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star) for e in query.expressions)
+    return TopN(
+        window,
+        min(limit for _, limit in limits if limit is not None),
+        starred or any(c.name.lower() == name for c in reads),
+    )
+
+
+def _same_column(a: exp.Expr, b: exp.Expr) -> bool:
+    """Whether two resolved expressions read the same column (names are unique once resolved)."""
+    if isinstance(a, exp.Column) and isinstance(b, exp.Column):
+        return a.name.lower() == b.name.lower()
+    return a == b
+
+
+def _rank_limit(conjunct: exp.Expr, name: str) -> int | None:
+    """N of ``rn <= N``, ``rn < N + 1``, ``rn = 1`` (either way round), or None for another condition."""
+    if not isinstance(conjunct, (exp.LTE, exp.LT, exp.EQ, exp.GTE, exp.GT)):
+        return None
+    left, right = conjunct.this, conjunct.expression
+    flipped = isinstance(right, exp.Column) and right.name.lower() == name
+    column, bound = (right, left) if flipped else (left, right)
+    if not (isinstance(column, exp.Column) and column.name.lower() == name and isinstance(bound, exp.Literal)):
+        return None
+    if bound.is_string or not bound.this.isdigit():
+        return None
+    value = int(bound.this)
+    kind = {exp.LTE: "<=", exp.LT: "<", exp.EQ: "=", exp.GTE: ">=", exp.GT: ">"}[type(conjunct)]
+    if flipped:  # N >= rn is rn <= N
+        kind = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(kind, kind)
+    limit = {"<=": value, "<": value - 1, "=": 1 if value == 1 else 0}.get(kind, 0)
+    return limit if limit >= 1 else None
+
+
+def _window_refusal(node: exp.Window) -> str:
+    """Why a window function other than a filtered ROW_NUMBER does not run."""
+    if isinstance(node.this, exp.RowNumber):
+        return (
+            f"ROW_NUMBER() OVER at {position(node)} runs as Flink's Top-N only as a column of a derived table the "
+            "outer query filters: SELECT … FROM (SELECT …, ROW_NUMBER() OVER (…) AS rn FROM t) WHERE rn <= N"
+        )
+    if isinstance(node.this, (exp.Rank, exp.DenseRank)):
+        name = "RANK" if isinstance(node.this, exp.Rank) else "DENSE_RANK"
+        return f"{name}() OVER at {position(node)} is not supported yet; keyflow's Top-N numbers rows with ROW_NUMBER()"
+    return f"OVER at {position(node)} is not supported in keyflow SQL yet (an OVER aggregation; ROW_NUMBER is Top-N)"

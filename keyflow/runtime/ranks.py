@@ -1,0 +1,138 @@
+"""Flink's streaming Top-N and deduplication in the workers, vectorised per call.
+
+Each key keeps its first ``limit`` rows in order, as a list state of row structs (Flink's
+``AppendOnlyTopNFunction`` keeps the same). A call sorts the stored rows of its keys
+together with the arriving ones by key, then by the order, then by arrival: a stored row is
+older than an arriving one, so on a tie it stays ahead (Flink's order of arrival), except
+where the latest row wins (deduplication keeping the last row, Flink's
+``RowTimeDeduplicateFunction``). The first ``limit`` of each key become its state, and the
+output is the difference, as Flink emits it: a row pushed out is retracted (``-D``) and a
+row that entered is added (``+I``); with row numbers every rank whose row changed is
+updated (``-U`` old, ``+U`` new) and a rank filled for the first time inserted; a
+deduplication replaces its row with ``-U``/``+U``. The input is insert-only (the builder
+refuses a changelog), so a row that left the top never comes back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from keyflow.changelog import DELETE, INSERT, OP, UPDATE_AFTER, UPDATE_BEFORE
+from keyflow.plan.descriptors import ListState, StateDescriptor
+from keyflow.runtime.keyed_function import KeyedFunction
+from keyflow.state.keyed import KeyedBatch, KeyedState, empty_if_null
+
+TOP = "__top_rows"  # each key's first rows, in order
+
+Positions = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class RankShape:
+    """What a Top-N keeps and emits: rows of ``row_type``, the first ``limit`` per key by
+    ``order`` ((field, descending) pairs; nulls first ascending, last descending, as Flink),
+    with their row number as ``rank_column`` (or none); ``latest_wins``: on a tie the later
+    row goes first; ``replaces``: a changed row is an update (``-U``/``+U``, deduplication)."""
+
+    row_type: pa.StructType
+    order: tuple[tuple[str, bool], ...]
+    limit: int
+    rank_column: str | None
+    latest_wins: bool = False
+    replaces: bool = False
+
+    def state(self) -> dict[str, StateDescriptor]:
+        return {TOP: ListState(self.row_type)}
+
+
+class TopNRows(KeyedFunction):
+    """The first rows of each key of a call's rows and its state, and their difference (see the module)."""
+
+    def __init__(self, shape: RankShape, schema: pa.Schema) -> None:
+        self.shape, self.schema = shape, schema
+
+    def process(self, batch: KeyedBatch, state: KeyedState) -> pa.Table | None:
+        shape, view = self.shape, state[TOP]
+        stored = empty_if_null(view.get())
+        lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
+        old_rows = pc.list_flatten(stored)
+        arriving = pa.StructArray.from_arrays(
+            [batch.data.column(f.name).combine_chunks().cast(f.type) for f in shape.row_type],
+            fields=list(shape.row_type),
+        )
+        rows = pa.concat_arrays([old_rows.cast(shape.row_type), arriving])
+        owners = np.r_[np.repeat(np.arange(batch.num_keys, dtype=np.int64), lengths), batch.key_index]
+        ranked, ranks = self._ranked(rows, owners)
+        kept = ranked[ranks < shape.limit]
+        kept_lengths = np.bincount(owners[kept], minlength=batch.num_keys)
+        offsets = pa.array(np.r_[0, np.cumsum(kept_lengths)], pa.int32())
+        view.update(pa.ListArray.from_arrays(offsets, rows.take(pa.array(kept))))
+        changes = self._changes(rows, owners, lengths, kept, ranks[ranks < shape.limit])
+        return pa.concat_tables(changes) if changes else None
+
+    def _ranked(self, rows: pa.StructArray, owners: Positions) -> tuple[Positions, Positions]:
+        """The rows' positions sorted by key, order and arrival, and each one's rank (from 0) in its key."""
+        columns: dict[str, pa.Array | Positions] = {"owner": owners}
+        keys: list[tuple[str, str]] = [("owner", "ascending")]
+        for index, (name, descending) in enumerate(self.shape.order):
+            direction = "descending" if descending else "ascending"
+            values = rows.field(name)
+            columns[f"valid{index}"], columns[f"value{index}"] = values.is_valid(), values
+            keys += [(f"valid{index}", direction), (f"value{index}", direction)]  # nulls first asc, last desc
+        columns["arrival"] = np.arange(len(rows), dtype=np.int64)
+        keys.append(("arrival", "descending" if self.shape.latest_wins else "ascending"))
+        ranked = np.asarray(pc.sort_indices(pa.table(columns), sort_keys=keys).to_numpy(), dtype=np.int64)
+        sorted_owners = owners[ranked]
+        first = np.r_[True, sorted_owners[1:] != sorted_owners[:-1]] if len(ranked) else np.zeros(0, dtype=bool)
+        starts = np.maximum.accumulate(np.where(first, np.arange(len(ranked)), 0)) if len(ranked) else ranked
+        return ranked, np.arange(len(ranked), dtype=np.int64) - starts
+
+    def _changes(
+        self, rows: pa.StructArray, owners: Positions, lengths: Positions, kept: Positions, ranks: Positions
+    ) -> list[pa.Table]:
+        """What changed in each key's first rows: ``kept`` (positions in ``rows``, the first
+        ``len(lengths)``-summed ones stored before) at ``ranks``; ``lengths``: the keys' stored counts."""
+        stored = int(lengths.sum())
+        before = np.cumsum(lengths) - lengths  # where each key's stored rows start
+        if self.shape.rank_column is None:
+            left = np.setdiff1d(np.arange(stored, dtype=np.int64), kept)
+            entered = kept[kept >= stored]
+            if self.shape.replaces:  # a deduplication: the key's one row replaced
+                had = lengths[owners[entered]] > 0
+                return [
+                    self._rows(rows, left, None, np.full(len(left), UPDATE_BEFORE)),
+                    self._rows(rows, entered, None, np.where(had, UPDATE_AFTER, INSERT)),
+                ]
+            return [
+                self._rows(rows, left, None, np.full(len(left), DELETE)),
+                self._rows(rows, entered, None, np.full(len(entered), INSERT)),
+            ]
+        old_ranks = np.full(len(kept), -1, dtype=np.int64)
+        was_stored = kept < stored
+        old_ranks[was_stored] = kept[was_stored] - before[owners[kept[was_stored]]]
+        same = old_ranks == ranks
+        changed, changed_ranks = kept[~same], ranks[~same]
+        refilled = changed_ranks < lengths[owners[changed]]  # the rank had a row: it is updated
+        replaced = before[owners[changed[refilled]]] + changed_ranks[refilled]
+        ops = np.where(refilled, UPDATE_AFTER, INSERT)
+        return [
+            self._rows(rows, replaced, changed_ranks[refilled], np.full(len(replaced), UPDATE_BEFORE)),
+            self._rows(rows, changed, changed_ranks, ops),
+        ]
+
+    def _rows(
+        self, rows: pa.StructArray, positions: Positions, ranks: Positions | None, ops: npt.NDArray[np.str_]
+    ) -> pa.Table:
+        """The rows at ``positions`` as output rows (their row numbers: ``ranks`` + 1) of row kinds ``ops``."""
+        taken = rows.take(pa.array(positions, pa.int64()))
+        columns = {field.name: taken.field(field.name) for field in self.shape.row_type}
+        if self.shape.rank_column is not None:
+            assert ranks is not None
+            columns[self.shape.rank_column] = pa.array(ranks + 1, pa.int64())
+        columns[OP] = pa.array(ops.astype(object) if len(ops) else [], pa.string())
+        return pa.table(columns)

@@ -1,0 +1,246 @@
+"""Flink's Top-N and deduplication: the worker function against Flink's own harness tests
+(``TopNFunctionTestBase``, ``RowTimeDeduplicateFunctionTest``: same records, same expected
+changelog), then SQL streaming over micro-batches against DuckDB."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from keyflow import Pipeline
+from keyflow.changelog import current
+from keyflow.errors import RestoreError
+from keyflow.keygroups import KEY_GROUP_COLUMN
+from keyflow.plan.descriptors import StateDescriptor
+from keyflow.plan.graph import JobGraph
+from keyflow.plan.restore import check_restorable
+from keyflow.runtime.ranks import RankShape, TopNRows
+from keyflow.runtime.workers import KeyedRunner, KeyedTask
+from keyflow.state.durable import MemoryState
+from keyflow.state.memory import KeyedStateStore
+from tests.pipelines import TEST_SPARK
+from tests.streams import read_output
+
+ROW = pa.struct([("category", pa.string()), ("id", pa.int64()), ("price", pa.int32())])
+BOOKS_AND_FRUIT = [("book", 1, 12), ("book", 2, 19), ("book", 4, 11), ("book", 5, 11),
+                   ("fruit", 4, 33), ("fruit", 3, 44), ("fruit", 5, 22)]  # fmt: skip
+
+
+class HeldState(MemoryState):
+    """Each subtask's state kept from one run to the next, as a checkpoint restores it."""
+
+    def __init__(self) -> None:
+        self.store: KeyedStateStore | None = None
+
+    def open(self, descriptors: dict[str, StateDescriptor], subtask: int, first: int, last: int) -> KeyedStateStore:
+        if self.store is None:
+            self.store = KeyedStateStore(descriptors)
+        self.store.take_touched()
+        return self.store
+
+
+def drive(shape: RankShape, records: list[tuple[Any, ...]], state: HeldState | None = None) -> list[Counter[Any]]:
+    """Each record in a call of its own (as Flink's harness processes elements), through the real
+    KeyedRunner: what each call emitted, as (row kind, *row) counts."""
+    numbered = [pa.field(shape.rank_column, pa.int64())] if shape.rank_column else []
+    schema = pa.schema([*shape.row_type, *numbered, pa.field("op", pa.string())])
+    task = KeyedTask("rank 'r'", schema, ("category",), shape.state(), 1, 1, state or HeldState())
+    runner = KeyedRunner(TopNRows(shape, schema), task)
+    emitted = []
+    for record in records:
+        row = dict(zip(shape.row_type.names, record, strict=True))
+        table = pa.Table.from_pylist([row], pa.schema(list(shape.row_type)))
+        table = table.append_column(KEY_GROUP_COLUMN, pa.array([0], pa.int32()))
+        out = pa.Table.from_batches(list(runner(iter(table.to_batches()))), schema=schema).to_pylist()
+        emitted.append(Counter((row.pop("op"), *row.values()) for row in out))
+    return emitted
+
+
+def by_record(*calls: list[tuple[Any, ...]]) -> list[Counter[Any]]:
+    return [Counter(call) for call in calls]
+
+
+def test_output_rank_number_with_constant_rank_range() -> None:
+    """TopNFunctionTestBase#testOutputRankNumberWithConstantRankRange (rank 1..2, row numbers):
+    a row entering above others moves each of them down one rank (-U old, +U new); on a tie the
+    earlier row stays ahead."""
+    got = drive(RankShape(ROW, (("price", False),), 2, "rank"), BOOKS_AND_FRUIT)
+    assert got == by_record(
+        [("+I", "book", 1, 12, 1)],
+        [("+I", "book", 2, 19, 2)],
+        [("-U", "book", 1, 12, 1), ("+U", "book", 4, 11, 1), ("-U", "book", 2, 19, 2), ("+U", "book", 1, 12, 2)],
+        [("-U", "book", 1, 12, 2), ("+U", "book", 5, 11, 2)],
+        [("+I", "fruit", 4, 33, 1)],
+        [("+I", "fruit", 3, 44, 2)],
+        [("-U", "fruit", 4, 33, 1), ("+U", "fruit", 5, 22, 1), ("-U", "fruit", 3, 44, 2), ("+U", "fruit", 4, 33, 2)],
+    )
+
+
+def test_constant_rank_range_without_offset() -> None:
+    """TopNFunctionTestBase#testConstantRankRangeWithoutOffset: without row numbers a row pushed
+    out is deleted and the new one inserted; the state carries over a restore (the same state,
+    a new runner) and the next row pushes out the then last one."""
+    shape, state = RankShape(ROW, (("price", False),), 2, None), HeldState()
+    records = [r for r in BOOKS_AND_FRUIT if r[1:] != (5, 11)]
+    got = drive(shape, records, state)
+    assert got == by_record(
+        [("+I", "book", 1, 12)],
+        [("+I", "book", 2, 19)],
+        [("-D", "book", 2, 19), ("+I", "book", 4, 11)],
+        [("+I", "fruit", 4, 33)],
+        [("+I", "fruit", 3, 44)],
+        [("-D", "fruit", 3, 44), ("+I", "fruit", 5, 22)],
+    )
+    assert drive(shape, [("book", 5, 10)], state) == by_record([("-D", "book", 1, 12), ("+I", "book", 5, 10)])
+
+
+def test_a_call_of_many_rows_emits_the_net_change_of_its_keys() -> None:
+    """Rows of one micro-batch arrive in one call: the change of each key's top, not every step
+    of it, so the changelog's current table equals the one row at a time."""
+    shape = RankShape(ROW, (("price", False),), 2, "rank")
+    table = pa.Table.from_pylist([dict(zip(ROW.names, r, strict=True)) for r in BOOKS_AND_FRUIT])
+    table = table.append_column(KEY_GROUP_COLUMN, pa.array(np.zeros(len(BOOKS_AND_FRUIT), np.int32)))
+    schema = pa.schema([*ROW, pa.field("rank", pa.int64()), pa.field("op", pa.string())])
+    runner = KeyedRunner(TopNRows(shape, schema), KeyedTask("rank 'r'", schema, ("category",), shape.state(), 1, 1,
+                                                            MemoryState()))  # fmt: skip
+    out = pa.Table.from_batches(list(runner(iter(table.to_batches()))), schema=schema).to_pylist()
+    assert Counter((row.pop("op"), *row.values()) for row in out) == Counter(
+        [("+I", "book", 4, 11, 1), ("+I", "book", 5, 11, 2), ("+I", "fruit", 5, 22, 1), ("+I", "fruit", 4, 33, 2)]
+    )
+
+
+DEDUPLICATED = [("key1", 13, 99), ("key1", 13, 99), ("key1", 12, 100), ("key2", 11, 101)]
+RESTORED = [("key1", 12, 300), ("key2", 11, 301), ("key3", 5, 299), ("key1", 12, 400), ("key2", 11, 401)]
+
+
+@pytest.mark.parametrize("keep_last", [False, True], ids=["keep_first_row", "keep_last_row"])
+def test_row_time_deduplicate(keep_last: bool) -> None:
+    """RowTimeDeduplicateFunctionTest#testRowTimeDeduplicateKeepFirstRow/KeepLastRow (Flink's
+    expected output without state TTL): keeping the first row ignores later ones; keeping the
+    last, a row of an equal or later time replaces the kept one (-U/+U). Across a restore."""
+    row = pa.struct([("category", pa.string()), ("id", pa.int64()), ("rowtime", pa.int64())])
+    shape, state = RankShape(row, (("rowtime", keep_last),), 1, None, keep_last, True), HeldState()
+    first = DEDUPLICATED[1:] if keep_last else DEDUPLICATED  # Flink's keep-last test has no duplicate
+    got = [*drive(shape, first, state), *drive(shape, RESTORED, state)]
+    changes = Counter[Any]()
+    for call in got:
+        changes.update(call)
+    if not keep_last:
+        assert changes == Counter([("+I", "key1", 13, 99), ("+I", "key2", 11, 101), ("+I", "key3", 5, 299)])
+        return
+    assert changes == Counter(
+        [
+            ("+I", "key1", 13, 99), ("-U", "key1", 13, 99), ("+U", "key1", 12, 100), ("+I", "key2", 11, 101),
+            ("-U", "key1", 12, 100), ("+U", "key1", 12, 300), ("-U", "key2", 11, 101), ("+U", "key2", 11, 301),
+            ("+I", "key3", 5, 299), ("-U", "key1", 12, 300), ("+U", "key1", 12, 400), ("-U", "key2", 11, 301),
+            ("+U", "key2", 11, 401),
+        ]
+    )  # fmt: skip
+    equal_time = drive(shape, [("key4", 1, 7), ("key4", 2, 7)])
+    assert equal_time[1] == Counter([("-U", "key4", 1, 7), ("+U", "key4", 2, 7)])  # Flink's: an equal time replaces
+
+
+def write_orders(directory: Path, files: int = 3, rows: int = 1_500) -> pd.DataFrame:
+    """Orders of skewed users over ``files`` Parquet files (one micro-batch each), some amounts
+    null, some equal, each with an event time."""
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame(
+        {
+            "order_id": np.arange(rows, dtype=np.int64),
+            "user_id": [f"u{n}" for n in np.minimum(rng.zipf(1.4, rows), 60)],
+            "amount": rng.integers(1, 40, rows).astype(np.float64),
+            "ts": (pd.Timestamp("2026-01-01") + pd.to_timedelta(rng.permutation(rows), unit="s")).astype("M8[us]"),
+        }
+    )
+    frame.loc[frame.index % 11 == 0, "amount"] = np.nan
+    directory.mkdir(parents=True)
+    size = -(-rows // files)
+    for part in range(files):
+        frame.iloc[part * size : (part + 1) * size].to_parquet(directory / f"part-{part}.parquet", index=False)
+    return frame
+
+
+@pytest.mark.jvm
+def test_top_n_and_deduplication_stream_over_micro_batches_equal_duckdb(tmp_path: Path) -> None:
+    """Three micro-batches (files) through a Top-3 with row numbers (nulls last, ties broken by a
+    second column) and a deduplication keeping each user's first order by event time: each
+    output's current table equals DuckDB's ROW_NUMBER over all the rows."""
+    orders = tmp_path / "orders"
+    write_orders(orders)
+    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "execution.checkpointing.interval": "0 s"})
+    pipeline.sql(
+        f"""
+        CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, ts TIMESTAMP(3),
+          WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+        WITH ('connector' = 'filesystem', 'path' = '{orders}', 'format' = 'parquet', 'source.watch' = 'true',
+              'source.max-files-per-batch' = '1');
+        CREATE TABLE top3 (user_id STRING, order_id BIGINT, amount DOUBLE, rn BIGINT)
+        WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "top3"}', 'format' = 'parquet');
+        CREATE TABLE firsts (user_id STRING, order_id BIGINT, ts TIMESTAMP(3))
+        WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "firsts"}', 'format' = 'parquet');
+        INSERT INTO top3 SELECT user_id, order_id, amount, rn FROM (
+          SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY amount DESC, order_id) AS rn FROM orders)
+        WHERE rn <= 3;
+        INSERT INTO firsts SELECT user_id, order_id, ts FROM (
+          SELECT user_id, order_id, ts, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY ts) AS first_order
+          FROM orders) WHERE first_order = 1;
+        """
+    )
+    assert "deduplicate=keep first row" in pipeline.plan().render()
+    result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert len(result.batches) == 3
+    written = read_output(tmp_path / "top3")
+    assert {"+I", "-U", "+U"} <= set(written["op"])  # rows moved down a rank between micro-batches
+    got = current(pa.Table.from_pandas(written, preserve_index=False)).to_pandas()
+    expected = duckdb.sql(
+        f"SELECT user_id, order_id, amount, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY "
+        f"amount DESC NULLS LAST, order_id) AS rn FROM '{orders}/*.parquet') WHERE rn <= 3"
+    ).df()
+    assert_same_rows(got, expected, ["user_id", "rn"])
+    firsts = current(pa.Table.from_pandas(read_output(tmp_path / "firsts"), preserve_index=False)).to_pandas()
+    expected_firsts = duckdb.sql(
+        f"SELECT user_id, order_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY ts) AS rn "
+        f"FROM '{orders}/*.parquet') WHERE rn = 1"
+    ).df()
+    assert_same_rows(firsts, expected_firsts, ["user_id"])
+
+
+def assert_same_rows(got: pd.DataFrame, expected: pd.DataFrame, by: list[str]) -> None:
+    assert len(expected) > 20
+    got = got.sort_values(by, ignore_index=True)
+    expected = expected.sort_values(by, ignore_index=True)
+    pd.testing.assert_frame_equal(got, expected[list(got.columns)], check_dtype=False)
+
+
+def test_a_top_n_restores_only_with_its_order_and_number_of_rows() -> None:
+    """The plan records what a Top-N keeps: another N or order would read rows it never kept."""
+
+    def graph(limit: int, order: str = "amount DESC") -> JobGraph:
+        pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+        pipeline.sql(
+            "CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE) WITH ('connector' = 'filesystem', "
+            "'path' = '/tmp/orders', 'format' = 'parquet', 'source.watch' = 'true');"
+            "CREATE TABLE out (user_id STRING, amount DOUBLE) WITH ('connector' = 'blackhole');"
+            f"INSERT INTO out SELECT user_id, amount FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY "
+            f"{order}) AS rn FROM orders) WHERE rn <= {limit};"
+        )
+        return pipeline.compile().graph
+
+    saved = graph(3)
+    assert check_restorable(saved, graph(3), None, False, "ckpt") == []
+    with pytest.raises(
+        RestoreError,
+        match=r"operator 'top-n \(out\)' \(uid 'top-n \(out\)\[user_id\]'\) cannot restore its state from checkpoint "
+        r"ckpt: it now keeps \{'rows': 'the first 5 rows by amount DESC'\}, the checkpoint \{'rows': 'the first 3 "
+        r"rows by amount DESC'\}",
+    ):
+        check_restorable(saved, graph(5), None, False, "ckpt")
+    with pytest.raises(RestoreError, match=r"it now keeps \{'rows': 'the first 3 rows by amount ASC'\}"):
+        check_restorable(saved, graph(3, "amount"), None, False, "ckpt")
