@@ -265,7 +265,8 @@ def plan(script: str, **config: object) -> Pipeline:
         (
             CLICKS + ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT c.user_id, c.amount "
             "FROM clicks c LEFT JOIN orders o ON c.user_id = o.user_id AND o.amount > 1;",
-            r"LEFT JOIN at line 4, column \d+: the condition o.amount > 1 is not an equality of the two tables",
+            r"LEFT JOIN at line 4, column \d+: the condition o.amount > 1 is not an equality of the two tables nor a "
+            r"bound of one.s event time by the other.s",
         ),
         (
             CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT c.user_id, c.nothing FROM clicks c;",

@@ -11,6 +11,7 @@ select list a projection. Expressions run as Spark SQL with Flink's meanings
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -26,6 +27,7 @@ from keyflow.sql.catalog import Catalog
 from keyflow.sql.dialect import GROUP_WINDOWS, WINDOW_FUNCTIONS, WindowTableFunction
 from keyflow.sql.errors import SqlError, position
 from keyflow.sql.functions import spark_sql
+from keyflow.sql.intervals import interval_bounds
 from keyflow.sql.options import parallelism_option
 from keyflow.sql.scope import Relation, Side, belongs, expand_star, own_nodes, resolve, resolve_trees
 from keyflow.sql.statements import DIALECT, interval_micros
@@ -209,18 +211,24 @@ class QueryPlanner:
         if not pairs:
             raise SqlError(f"JOIN at {position(join)} needs an equality between a column of each table, e.g. ON "
                            "a.id = b.id (keyflow runs equi-joins; a cross join is not supported)")  # fmt: skip
+        self._joins += 1
+        keys = [(f"__join{self._joins}_left{i}", f"__join{self._joins}_right{i}") for i in range(len(pairs))]
+        left_node = self._with_keys(left, [(k, e) for (k, _), (e, _) in zip(keys, pairs, strict=True)])
+        right, right_node = self._renamed(right, left, [(k, e) for (_, k), (_, e) in zip(keys, pairs, strict=True)])
+        between, rest = interval_bounds(rest, self._event_time_side((left, left_node), (right, right_node)))
         if rest and how != "inner" and not comma:
             shown = " AND ".join(r.sql(dialect=DIALECT) for r in rest)
             raise SqlError(
                 f"{how.upper()} JOIN at {position(join)}: the condition {shown} is not an equality of the two "
-                "tables; an outer join takes equalities only (filter in a subquery first)"
+                "tables nor a bound of one's event time by the other's; an outer join takes those only (filter in "
+                "a subquery first)"
             )
-        self._joins += 1
-        label = f"join {self._joins} ({into})"
-        keys = [(f"__join{self._joins}_left{i}", f"__join{self._joins}_right{i}") for i in range(len(pairs))]
-        left_node = self._with_keys(left, [(k, e) for (k, _), (e, _) in zip(keys, pairs, strict=True)])
-        right, right_node = self._renamed(right, left, [(k, e) for (_, k), (_, e) in zip(keys, pairs, strict=True)])
-        node_id = self.builder.join((left_node, right_node), keys, how, name=label, parallelism=None)
+        if between is not None:  # Flink's interval join: the watermark clears the rows that can match no more
+            label = f"interval join {self._joins} ({into})"
+            node_id = self.builder.interval_join((left_node, right_node), keys, between, how, label, None)
+        else:
+            label = f"join {self._joins} ({into})"
+            node_id = self.builder.join((left_node, right_node), keys, how, name=label, parallelism=None)
         joined = Relation(node_id, [*left.sides, *right.sides], order=[*left.order, *right.order])
         if rest and not comma:
             condition = exp.and_(*rest)
@@ -228,6 +236,26 @@ class QueryPlanner:
             node_id = self.builder.filter(node_id, spark_sql(condition), name=f"{label} condition")
             joined.node = node_id
         return joined
+
+    def _event_time_side(
+        self, left: tuple[Relation, int], right: tuple[Relation, int]
+    ) -> Callable[[exp.Column], int | None]:
+        """Which table's event-time column (the one its WATERMARK is declared on) a column of the
+        join's condition is: LEFT, RIGHT, or None (another column, or a table without event time)."""
+        times = [event_time_at(self.builder.operators, node_id) for _, node_id in (left, right)]
+
+        def side_of(column: exp.Column) -> int | None:
+            relations = [relation for relation, _ in (left, right)]
+            for side, relation in enumerate(relations):
+                other = relations[1 - side]
+                if times[side] is None or not belongs(column, relation) or belongs(column, other):
+                    continue
+                resolved = column.copy()
+                resolve_trees([resolved], relation)
+                return side if resolved.name.lower() == str(times[side]).lower() else None
+            return None
+
+        return side_of
 
     def _with_keys(self, relation: Relation, keys: list[tuple[str, exp.Expr]]) -> int:
         """The relation's rows with each join key (an expression of its columns) as a column."""

@@ -1,0 +1,152 @@
+"""SQL joins whose condition bounds one table's event time by the other's run as Flink's
+interval join (its bounds read as Flink's ``IntervalJoinUtil`` reads them); the answers,
+bounded and streamed over micro-batches, equal DuckDB's over the same files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from keyflow import Pipeline
+from keyflow.changelog import current
+from keyflow.plan.nodes import IntervalJoinNode, JoinNode
+from keyflow.sql.errors import SqlError
+from tests.pipelines import TEST_SPARK
+from tests.streams import read_output
+
+SECOND = 1_000_000
+TABLES = """
+CREATE TABLE clicks (user_id STRING, page STRING, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+WITH ('connector' = 'filesystem', 'path' = '{clicks}', 'format' = 'parquet'{watch});
+CREATE TABLE buys (uid STRING, price DOUBLE, bt TIMESTAMP(3), WATERMARK FOR bt AS bt - INTERVAL '5' SECOND)
+WITH ('connector' = 'filesystem', 'path' = '{buys}', 'format' = 'parquet'{watch});
+CREATE TABLE out (user_id STRING, page STRING, ts TIMESTAMP(3), price DOUBLE, bt TIMESTAMP(3))
+WITH ('connector' = '{sink}'{out});
+"""
+
+
+def joins(condition: str, how: str = "JOIN") -> list[JoinNode]:
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    script = TABLES.format(clicks="/tmp/c", buys="/tmp/b", watch="", sink="blackhole", out="")
+    pipeline.sql(script + f"INSERT INTO out SELECT c.user_id, c.page, c.ts, b.price, b.bt FROM clicks c {how} buys b "
+                 f"ON c.user_id = b.uid AND {condition};")  # fmt: skip
+    return [node for node in pipeline.operators.values() if isinstance(node, JoinNode)]
+
+
+@pytest.mark.parametrize(
+    ("condition", "between"),
+    [
+        ("b.bt BETWEEN c.ts - INTERVAL '1' MINUTE AND c.ts + INTERVAL '10' SECOND", (-60 * SECOND, 10 * SECOND)),
+        ("b.bt > c.ts AND b.bt <= c.ts + INTERVAL '1' HOUR", (1, 3600 * SECOND)),
+        ("c.ts >= b.bt - INTERVAL '2' SECOND AND c.ts < b.bt", (1, 2 * SECOND)),  # the left's time bounded
+        ("c.ts + INTERVAL '3' SECOND >= b.bt AND b.bt >= c.ts", (0, 3 * SECOND)),  # the interval on either side
+        ("(b.bt) BETWEEN c.ts AND c.ts", (0, 0)),
+    ],
+)
+def test_time_bounds_make_an_interval_join(condition: str, between: tuple[int, int]) -> None:
+    """IntervalJoinUtil: two range predicates, one bounding ``right - left`` from each side (a
+    strict one moves its bound by the time unit, here a microsecond)."""
+    (join,) = joins(condition)
+    assert isinstance(join, IntervalJoinNode)
+    assert (join.lower, join.upper) == between
+    assert join.time_columns == ("ts", "bt")
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "b.bt > c.ts",  # one range predicate: unbounded above
+        "b.bt >= c.ts AND b.bt >= c.ts - INTERVAL '1' SECOND",  # two lower bounds
+        "b.bt BETWEEN c.ts AND c.ts + INTERVAL '1' SECOND AND b.bt < c.ts + INTERVAL '2' SECOND",  # three
+        "b.bt BETWEEN c.ts AND c.ts + INTERVAL '1' MONTH",  # a month has no fixed length
+        "b.price < 10 AND b.bt >= c.ts",
+    ],
+)
+def test_other_time_conditions_filter_a_regular_join(condition: str) -> None:
+    """As in Flink: without bounds on both sides the condition filters a regular join."""
+    (join,) = joins(condition)
+    assert type(join) is JoinNode
+
+
+def test_an_outer_interval_join_takes_time_bounds_and_equalities_only() -> None:
+    (join,) = joins("b.bt BETWEEN c.ts AND c.ts + INTERVAL '1' SECOND", how="LEFT JOIN")
+    assert isinstance(join, IntervalJoinNode)
+    assert join.how == "left"
+    refused = r"LEFT JOIN at line 8, column \d+: the condition b.price > 1 is not an equality of the two tables nor "
+    with pytest.raises(SqlError, match=refused + r"a bound of one's event time by the other's"):
+        joins("b.bt BETWEEN c.ts AND c.ts + INTERVAL '1' SECOND AND b.price > 1", how="LEFT JOIN")
+
+
+def write(directory: Path, frame: pd.DataFrame, files: int) -> None:
+    directory.mkdir(parents=True)
+    size = -(-len(frame) // files)
+    for part in range(files):
+        frame.iloc[part * size : (part + 1) * size].to_parquet(directory / f"part-{part}.parquet", index=False)
+
+
+def inputs(tmp_path: Path, files: int) -> tuple[Path, Path]:
+    """Clicks and buys of 40 users over 10 minutes, in time order (``files`` per table)."""
+    rng = np.random.default_rng(8)
+    start = pd.Timestamp("2026-03-01")
+
+    def times(rows: int) -> pd.Series:
+        return (start + pd.to_timedelta(np.sort(rng.integers(0, 600_000, rows)), unit="ms")).astype("M8[us]")
+
+    users = [f"u{n}" for n in rng.integers(0, 40, 1_200)]
+    clicks = pd.DataFrame({"user_id": users[:900], "page": rng.choice(["home", "cart"], 900), "ts": times(900)})
+    buys = pd.DataFrame({"uid": users[900:], "price": np.round(rng.uniform(1, 90, 300), 2), "bt": times(300)})
+    write(tmp_path / "clicks", clicks, files)
+    write(tmp_path / "buys", buys, files)
+    return tmp_path / "clicks", tmp_path / "buys"
+
+
+CONDITION = "b.bt BETWEEN c.ts - INTERVAL '10' SECOND AND c.ts + INTERVAL '20' SECOND"
+SELECTED = "SELECT c.user_id, c.page, c.ts, b.price, b.bt FROM clicks c {how} buys b ON c.user_id = b.uid AND {cond}"
+
+
+def duckdb_answer(clicks: Path, buys: Path, how: str) -> pd.DataFrame:
+    query = SELECTED.format(how=how, cond=CONDITION)
+    return duckdb.sql(f"WITH clicks AS (FROM '{clicks}/*.parquet'), buys AS (FROM '{buys}/*.parquet') {query}").df()
+
+
+def same_rows(got: pd.DataFrame, expected: pd.DataFrame) -> None:
+    assert len(expected) > 100
+    columns = list(expected.columns)
+    times = {c: "M8[us]" for c in columns if pd.api.types.is_datetime64_any_dtype(expected[c])}
+    got, expected = (f[columns].astype(times).sort_values(columns, ignore_index=True) for f in (got, expected))
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+
+
+@pytest.mark.jvm
+@pytest.mark.parametrize("how", ["JOIN", "LEFT JOIN"])
+def test_bounded_interval_join_equals_duckdb(tmp_path: Path, how: str) -> None:
+    clicks, buys = inputs(tmp_path, files=1)
+    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "spark.sql.session.timeZone": "UTC"})
+    out = f", 'path' = '{tmp_path / 'out'}', 'format' = 'parquet'"
+    pipeline.sql(TABLES.format(clicks=clicks, buys=buys, watch="", sink="filesystem", out=out)
+                 + f"INSERT INTO out {SELECTED.format(how=how, cond=CONDITION)};")  # fmt: skip
+    pipeline.run()
+    same_rows(read_output(tmp_path / "out"), duckdb_answer(clicks, buys, how))
+
+
+@pytest.mark.jvm
+def test_streamed_interval_join_over_micro_batches_equals_duckdb(tmp_path: Path) -> None:
+    """Three micro-batches of each table: every pair within the bounds is joined once, though
+    rows of a batch match rows of the batches before and after it."""
+    clicks, buys = inputs(tmp_path, files=3)
+    config = {**TEST_SPARK, "spark.sql.session.timeZone": "UTC", "execution.checkpointing.interval": "0 s"}
+    pipeline = Pipeline(parallelism=2, config=config)
+    watch = ", 'source.watch' = 'true', 'source.max-files-per-batch' = '1'"
+    out = f", 'path' = '{tmp_path / 'out'}', 'format' = 'parquet'"
+    pipeline.sql(TABLES.format(clicks=clicks, buys=buys, watch=watch, sink="filesystem", out=out)
+                 + f"INSERT INTO out {SELECTED.format(how='JOIN', cond=CONDITION)};")  # fmt: skip
+    result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert len(result.batches) == 3
+    written = read_output(tmp_path / "out")
+    got = current(pa.Table.from_pandas(written, preserve_index=False)).to_pandas() if "op" in written else written
+    same_rows(got, duckdb_answer(clicks, buys, "JOIN"))
