@@ -47,6 +47,7 @@ _EXPORTS = {
     "WatermarkStrategy": "keyflow.plan.event_time",
     "tumbling": "keyflow.plan.event_time",
     "sliding": "keyflow.plan.event_time",
+    "cumulative": "keyflow.plan.event_time",
     "session": "keyflow.plan.event_time",
     "TimerService": "keyflow.state.timers",
     "FiredTimers": "keyflow.state.timers",

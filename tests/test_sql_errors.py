@@ -203,14 +203,29 @@ def plan(script: str, **config: object) -> Pipeline:
         ),
         (
             CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(CUMULATE(TABLE "
-            "clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '1' HOUR)) GROUP BY user_id, window_start, "
+            "clicks, DESCRIPTOR(ts), INTERVAL '7' MINUTE, INTERVAL '1' HOUR)) GROUP BY user_id, window_start, "
             "window_end;",
-            r"CUMULATE\(…\) at line 3, column \d+ is not supported yet; use TUMBLE or HOP",
+            r"CUMULATE\(…\) at line 3, column \d+: its size INTERVAL '1' HOUR must be a whole number of its step "
+            r"INTERVAL '7' MINUTE, as in Flink",
         ),
         (
             CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(HOP(TABLE "
             "clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) GROUP BY user_id, window_start, window_end;",
-            r"HOP\(TABLE t, DESCRIPTOR\(ts\), slide, size\) at line 3, column \d+ takes 2 interval\(s\)",
+            r"HOP\(TABLE t, DESCRIPTOR\(ts\), slide, size\[, offset\]\) at line 3, column \d+ takes 2 or 3 "
+            r"interval\(s\), got 1",
+        ),
+        (
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(TUMBLE(TABLE "
+            "clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '-1' MINUTE)) GROUP BY user_id, window_start, "
+            "window_end;",
+            r"TUMBLE\(…\) at line 3, column \d+: the offset INTERVAL '-1' MINUTE must be shorter than INTERVAL '1' "
+            r"MINUTE, the time between window starts",
+        ),
+        (
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(SESSION(TABLE "
+            "clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '1' SECOND)) GROUP BY user_id, window_start, "
+            "window_end;",
+            r"SESSION\(TABLE t, DESCRIPTOR\(ts\), gap\) at line 3, column \d+ takes 1 interval\(s\), got 2",
         ),
         (
             CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, TUMBLE(ts, INTERVAL '1' MINUTE) "

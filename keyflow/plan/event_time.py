@@ -57,9 +57,10 @@ def _column(column: Any) -> str:
 
 @dataclass(frozen=True)
 class WindowAssigner:
-    """Which windows a row belongs to. ``size`` and ``slide`` (sliding) or ``gap`` (session)."""
+    """Which windows a row belongs to. ``size`` and ``slide`` (sliding; a cumulating window's
+    step) or ``gap`` (session)."""
 
-    kind: str  # tumbling | sliding | session
+    kind: str  # tumbling | sliding | cumulate | session
     size: int = 0
     slide: int = 0
     offset: int = 0
@@ -72,6 +73,11 @@ class WindowAssigner:
     @property
     def gap(self) -> int:
         return self.size
+
+    @property
+    def period(self) -> int:
+        """How often a new first window starts: the slide, or a cumulating window's size."""
+        return self.size if self.kind == "cumulate" else self.slide
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {"kind": self.kind}
@@ -95,6 +101,18 @@ def sliding(size: Any, slide: Any, offset: Any = 0) -> WindowAssigner:
     if step > length:
         raise PlanError(f"sliding window slide {slide!r} is longer than its size {size!r}; rows would be skipped")
     return WindowAssigner("sliding", length, step, _offset(offset, step, "slide"))
+
+
+def cumulative(size: Any, step: Any, offset: Any = 0) -> WindowAssigner:
+    """Flink's cumulating windows (``CUMULATE``, ``CumulativeWindowAssigner``): windows of
+    ``size`` back to back, each also emitted every ``step`` as it grows, ``[start, start +
+    step)``, ``[start, start + 2·step)``, … up to ``[start, start + size)``; a row is in each
+    window of its period that ends after it. The size must be a whole number of steps."""
+    length = duration(size, "cumulating window size", zero=False)
+    every = duration(step, "cumulating window step", zero=False)
+    if length % every:
+        raise PlanError(f"cumulating window size {size!r} must be a whole number of steps {step!r} (as in Flink)")
+    return WindowAssigner("cumulate", length, every, _offset(offset, length, "size"))
 
 
 def session(gap: Any) -> WindowAssigner:

@@ -84,9 +84,11 @@ def split_late(
 
 
 def with_windows(windowing: Windowing, rows: DataFrame, watermark_before: int) -> DataFrame:
-    """Tumbling or sliding: one row per (row, window) with ``window_start``/``window_end``
+    """Tumbling, sliding or cumulating: one row per (row, window) with ``window_start``/``window_end``
     (microseconds in ``__start_us``); windows past the watermark and lateness are left out."""
     assigner = windowing.assigner
+    if assigner.kind == "cumulate":
+        return _cumulating(windowing, rows, watermark_before)
     count = -(-assigner.size // assigner.slide)  # Flink: from the last start back while start > ts - size
     if count == 1:
         windowed = rows.withColumn("__start_us", F.expr(_last_start(assigner)))
@@ -106,6 +108,22 @@ def with_windows(windowing: Windowing, rows: DataFrame, watermark_before: int) -
     )
 
 
+def _cumulating(windowing: Windowing, rows: DataFrame, watermark_before: int) -> DataFrame:
+    """Each window of the row's period that ends after it: ends ``start + k·step`` for ``k``
+    from the step holding the row to ``size / step`` (Flink's ``CumulativeWindowAssigner``)."""
+    assigner = windowing.assigner
+    steps = assigner.size // assigner.slide
+    first = f"CAST(({EVENT_MICROS} - __start_us) DIV {assigner.slide} AS INT) + 1"
+    windowed = rows.withColumn("__start_us", F.expr(_last_start(assigner)))
+    windowed = windowed.withColumn("__step", F.expr(f"explode(sequence({first}, {steps}))"))
+    windowed = windowed.withColumn("__end_us", F.expr(f"__start_us + __step * {assigner.slide}"))
+    if watermark_before != NO_WATERMARK:
+        windowed = windowed.where(f"__end_us - 1 + {windowing.allowed_lateness} > {watermark_before}")
+    return windowed.withColumns(
+        {WINDOW_START: F.expr("timestamp_micros(__start_us)"), WINDOW_END: F.expr("timestamp_micros(__end_us)")}
+    ).drop("__step", "__end_us")
+
+
 def _last_start(assigner: WindowAssigner) -> str:
     """The start of the latest window holding the row: Flink's ``TimeWindow.getWindowStartWithOffset``."""
-    return f"({EVENT_MICROS} - pmod({EVENT_MICROS} - {assigner.offset}, {assigner.slide}))"
+    return f"({EVENT_MICROS} - pmod({EVENT_MICROS} - {assigner.offset}, {assigner.period}))"

@@ -22,7 +22,7 @@ from keyflow.connectors.base import changelog_mode
 from keyflow.plan import nodes
 from keyflow.plan.builder import PlanBuilder
 from keyflow.plan.columns import event_time_at
-from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner, session, sliding, tumbling
+from keyflow.plan.event_time import WatermarkStrategy, WindowAssigner, cumulative, session, sliding, tumbling
 from keyflow.sql.catalog import Catalog
 from keyflow.sql.dialect import GROUP_WINDOWS, WINDOW_FUNCTIONS, WindowTableFunction
 from keyflow.sql.errors import SqlError, position
@@ -451,21 +451,47 @@ def row_kind(builder: PlanBuilder, node_id: int) -> list[str]:
 
 
 def _assigner(function: WindowTableFunction) -> WindowAssigner:
-    sizes = [interval_micros(size, f"the {function.kind} size") for size in function.expressions]
-    wanted = {"TUMBLE": 1, "HOP": 2, "SESSION": 1}
-    if function.kind == "CUMULATE":
-        raise SqlError(f"CUMULATE(…) at {position(function)} is not supported yet; use TUMBLE or HOP")
-    if len(sizes) != wanted[function.kind]:
-        form = {"TUMBLE": "size", "HOP": "slide, size", "SESSION": "gap"}[function.kind]
+    """The windows of ``TUMBLE(…, size[, offset])``, ``HOP(…, slide, size[, offset])``,
+    ``CUMULATE(…, step, size[, offset])`` or ``SESSION(…, gap)``, as Flink defines them."""
+    forms = {"TUMBLE": "size[, offset]", "HOP": "slide, size[, offset]", "CUMULATE": "step, size[, offset]",
+             "SESSION": "gap"}  # fmt: skip
+    wanted = {"TUMBLE": 1, "HOP": 2, "CUMULATE": 2, "SESSION": 1}[function.kind]
+    intervals = function.expressions
+    offsets = len(intervals) - wanted
+    if offsets not in (0, 1) or (offsets and function.kind == "SESSION"):
         raise SqlError(
-            f"{function.kind}(TABLE t, DESCRIPTOR(ts), {form}) at {position(function)} takes "
-            f"{wanted[function.kind]} interval(s) (an offset is not supported yet), got {len(sizes)}"
+            f"{function.kind}(TABLE t, DESCRIPTOR(ts), {forms[function.kind]}) at {position(function)} takes "
+            f"{wanted}{'' if function.kind == 'SESSION' else ' or ' + str(wanted + 1)} interval(s), got "
+            f"{len(intervals)}"
         )
+    micros = [interval_micros(size, f"the {function.kind} size") for size in intervals[:wanted]]
+    shown = [interval.sql(dialect=DIALECT) for interval in intervals]
+    if function.kind == "CUMULATE" and micros[1] % micros[0]:
+        raise SqlError(f"CUMULATE(…) at {position(function)}: its size {shown[1]} must be a whole number of its step "
+                       f"{shown[0]}, as in Flink")  # fmt: skip
+    offset = _signed_micros(intervals[wanted], f"the {function.kind} offset") if offsets else 0
+    period = 1 if function.kind == "CUMULATE" else 0  # the interval between first windows' starts
+    if abs(offset) >= micros[period]:
+        raise SqlError(f"{function.kind}(…) at {position(function)}: the offset {shown[wanted]} must be shorter than "
+                       f"{shown[period]}, the time between window starts")  # fmt: skip
+    sizes, offset_text = [f"{m} us" for m in micros], f"{'-' if offset < 0 else ''}{abs(offset)} us"
     if function.kind == "TUMBLE":
-        return tumbling(f"{sizes[0]} us")
+        return tumbling(sizes[0], offset_text)
     if function.kind == "HOP":
-        return sliding(f"{sizes[1]} us", f"{sizes[0]} us")
-    return session(f"{sizes[0]} us")
+        return sliding(sizes[1], sizes[0], offset_text)
+    if function.kind == "CUMULATE":
+        return cumulative(sizes[1], sizes[0], offset_text)
+    return session(sizes[0])
+
+
+def _signed_micros(node: exp.Expression, what: str) -> int:
+    """An interval that may be negative (``INTERVAL '-8' HOUR``) in microseconds."""
+    text = node.this.name if isinstance(node, exp.Interval) and isinstance(node.this, exp.Literal) else ""
+    if text.startswith("-"):
+        positive = node.copy()
+        positive.set("this", exp.Literal.string(text[1:]))
+        return -interval_micros(positive, what)
+    return interval_micros(node, what)
 
 
 def _equalities(
