@@ -360,7 +360,8 @@ def plan(script: str, **config: object) -> Pipeline:
         (
             CLICKS + "SELECT c.user_id FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) w JOIN "
             "clicks c ON w.user_id = c.user_id;",
-            r"JOIN at line 2, column \d+ of a window table function: aggregate its windows in a subquery",
+            r"JOIN at line 2, column \d+ of a window table function and a table: join two window table functions of "
+            r"the same windows \(a window join\), or aggregate the windows in a subquery",
         ),
         (
             CLICKS + ORDERS.format(extra="") + "SELECT c.user_id FROM clicks c LEFT SEMI JOIN orders o ON "

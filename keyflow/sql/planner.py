@@ -58,7 +58,7 @@ def plan_script(builder: PlanBuilder, text: str) -> Planned:
             else:
                 planned.inserts += 1
         elif isinstance(statement, Query):
-            planned.query = QueryPlanner(builder, catalog).select(statement.query, "query")[0]
+            planned.query = QueryPlanner(builder, catalog).plan(statement.query, "query")[0]
     return planned
 
 
@@ -72,7 +72,7 @@ def _insert(builder: PlanBuilder, catalog: Catalog, statement: Insert) -> int:
             raise SqlError(f"{table.where} is written by two INSERT statements; write each sink table once")
         catalog.written.add(table.name)
     sink = sink_of(table)
-    node_id, names = QueryPlanner(builder, catalog).select(statement.query, table.name)
+    node_id, names = QueryPlanner(builder, catalog).plan(statement.query, table.name)
     if len(names) != len(table.columns):
         raise SqlError(
             f"INSERT INTO {table.name} ({statement.where}) selects {len(names)} column(s) {names}; the table has "

@@ -56,6 +56,21 @@ class QueryPlanner:
         self.builder, self.catalog = builder, catalog
         self._joins = 0
         self._planning: set[str] = set()  # views being planned: one that reads itself is an error
+        self._windows: dict[int, WindowTableFunction] = {}  # nodes of windowed rows not aggregated yet
+
+    def plan(self, query: exp.Select, into: str) -> tuple[int, list[str]]:
+        """A statement's query: :meth:`select`, whose rows must be whole (not windowed rows
+        waiting for the window join or aggregation that reads them)."""
+        node_id, names = self.select(query, into)
+        function = self._windows.get(node_id)
+        if function is not None:
+            raise SqlError(
+                f"{function.kind}(…) at {position(function)} is read without GROUP BY window_start, window_end or a "
+                "window join; keyflow runs window table functions as window aggregations (GROUP BY window_start, "
+                "window_end[, …]) and window joins (JOIN … ON L.window_start = R.window_start AND L.window_end = "
+                "R.window_end)"
+            )
+        return node_id, names
 
     def select(self, query: exp.Select, into: str, top_n: TopN | None = None) -> tuple[int, list[str]]:
         """The node of ``query`` and the names of its columns (a changelog's ``op`` aside).
@@ -106,6 +121,8 @@ class QueryPlanner:
         if query.args.get("distinct") and (grouped is not None or aggregated or relation.window is not None):
             raise SqlError(f"SELECT DISTINCT with GROUP BY, aggregates or windows at {position(query)} is not "
                            "supported yet; select from the grouped query in a derived table with DISTINCT")  # fmt: skip
+        if relation.window is not None and grouped is None and not aggregated:
+            return self._windowed_rows(node_id, relation.window, expressions, names, into), names
         if relation.window is not None:
             return self._window_aggregate(node_id, relation.window, query, expressions, names, into)
         if query.args.get("distinct") and not grouped and not aggregated:
@@ -125,7 +142,9 @@ class QueryPlanner:
                            "the table's current rows with a regular join")  # fmt: skip
         if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):
             node_id, names = self.select(item.this, into)
-            return Relation.of(node_id, names, {alias})
+            relation = Relation.of(node_id, names, {alias})
+            relation.window = self._windows.get(node_id)
+            return relation
         if isinstance(item, exp.Table) and isinstance(item.this, exp.Anonymous) and item.this.name.upper() == "TABLE":
             function = item.this.expressions[0] if item.this.expressions else None
             if not isinstance(function, WindowTableFunction):
@@ -195,9 +214,10 @@ class QueryPlanner:
         equalities of its condition between a column of each; for an inner join the rest of
         the condition filters the joined rows."""
         right = self.relation(join.this, into)
-        if left.window is not None or right.window is not None:
-            raise SqlError(f"JOIN at {position(join)} of a window table function: aggregate its windows in a "
-                           "subquery (GROUP BY window_start, window_end, …) and join the subqueries")  # fmt: skip
+        if (left.window is None) != (right.window is None):
+            raise SqlError(f"JOIN at {position(join)} of a window table function and a table: join two window table "
+                           "functions of the same windows (a window join), or aggregate the windows in a subquery "
+                           "(GROUP BY window_start, window_end, …) first")  # fmt: skip
         how = {"": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}.get(join.side.upper())
         if how is None or join.args.get("using") or join.kind.upper() in ("SEMI", "ANTI"):
             raise SqlError(f"{join.side} {join.kind} JOIN at {position(join)} is not supported; keyflow joins with "
@@ -208,6 +228,10 @@ class QueryPlanner:
             where = query.args.get("where")
             condition = where.this.copy() if where is not None else None
         pairs, rest = _equalities(condition, left, right)
+        windows = None
+        if left.window is not None and right.window is not None:
+            windows, pairs = _window_join_windows(join, left.window, right.window, pairs)
+            left, right = _without_windows(left), _without_windows(right)
         if not pairs:
             raise SqlError(f"JOIN at {position(join)} needs an equality between a column of each table, e.g. ON "
                            "a.id = b.id (keyflow runs equi-joins; a cross join is not supported)")  # fmt: skip
@@ -223,13 +247,18 @@ class QueryPlanner:
                 "tables nor a bound of one's event time by the other's; an outer join takes those only (filter in "
                 "a subquery first)"
             )
-        if between is not None:  # Flink's interval join: the watermark clears the rows that can match no more
+        if windows is not None:  # Flink's window join: a window's rows leave the state when it ends
+            label = f"window join {self._joins} ({into})"
+            node_id = self.builder.window_join((left_node, right_node), keys, windows, how, label, None)
+        elif between is not None:  # Flink's interval join: the watermark clears the rows that can match no more
             label = f"interval join {self._joins} ({into})"
             node_id = self.builder.interval_join((left_node, right_node), keys, between, how, label, None)
         else:
             label = f"join {self._joins} ({into})"
             node_id = self.builder.join((left_node, right_node), keys, how, name=label, parallelism=None)
         joined = Relation(node_id, [*left.sides, *right.sides], order=[*left.order, *right.order])
+        if windows is not None:
+            joined = _with_windows(joined, len(left.sides))
         if rest and not comma:
             condition = exp.and_(*rest)
             resolve_trees([condition], joined)
@@ -305,6 +334,32 @@ class QueryPlanner:
         relation = Relation.of(node_id, None if columns is None else [*columns, *_WINDOW_COLUMNS], {table.name, alias})
         relation.window = function
         return relation
+
+    def _windowed_rows(
+        self, node_id: int, function: WindowTableFunction, expressions: list[exp.Expr], names: list[str], into: str
+    ) -> int:
+        """``SELECT … FROM TABLE(TUMBLE(…))`` without GROUP BY: its rows, whose windows the window
+        join (or the window aggregation) that reads them assigns; so the select list may pass
+        ``window_start`` and ``window_end`` on but not compute with them, and the event-time
+        column is kept (hidden where not selected)."""
+        time = event_time_at(self.builder.operators, node_id)
+        columns, keeps_time = [], False
+        for expression, name in zip(expressions, names, strict=True):
+            tree = expression.unalias()
+            read = [c for c in tree.find_all(exp.Column) if c.name.lower() in (*_WINDOW_COLUMNS, "window_time")]
+            if read and isinstance(tree, exp.Column) and tree.name.lower() == name.lower() in _WINDOW_COLUMNS:
+                continue  # made by the operator that reads these rows
+            if read:
+                raise SqlError(f"{expression.sql(dialect=DIALECT)} at {position(expression)} computes with the "
+                               f"windows of {function.kind}(…), which keyflow makes in the window join or aggregation "
+                               "that reads these rows; compute it in that outer query")  # fmt: skip
+            columns.append(f"{spark_sql(tree)} AS {quoted(name)}")
+            keeps_time = keeps_time or (isinstance(tree, exp.Column) and tree.name.lower() == str(time).lower())
+        if not keeps_time:
+            columns.append(f"{quoted(str(time))} AS `__window_time`")
+        node_id = self.builder.select(node_id, columns, name=f"select ({into})")
+        self._windows[node_id] = function
+        return node_id
 
     # -- aggregates ------------------------------------------------------------------------
     def _aggregate(
@@ -492,6 +547,50 @@ def _signed_micros(node: exp.Expression, what: str) -> int:
         positive.set("this", exp.Literal.string(text[1:]))
         return -interval_micros(positive, what)
     return interval_micros(node, what)
+
+
+def _window_join_windows(
+    join: exp.Join, left: WindowTableFunction, right: WindowTableFunction, pairs: list[tuple[exp.Expr, exp.Expr]]
+) -> tuple[WindowAssigner, list[tuple[exp.Expr, exp.Expr]]]:
+    """A window join's windows (both inputs' must be the same, as in Flink) and its key
+    equalities: the condition must equal both tables' window_start and window_end."""
+    windows = _assigner(left)
+    if windows.merging:
+        raise SqlError(f"window join at {position(join)} of SESSION windows is not supported; join TUMBLE, HOP or "
+                       "CUMULATE windows")  # fmt: skip
+    if _assigner(right) != windows:
+        shown = [f"{f.kind}(…, {', '.join(e.sql(dialect=DIALECT) for e in f.expressions)})" for f in (left, right)]
+        raise SqlError(f"window join at {position(join)}: its tables are windowed differently ({shown[0]} and "
+                       f"{shown[1]}); a window join needs the same windows on both, as in Flink")  # fmt: skip
+    bounds = [p for p in pairs if all(isinstance(e, exp.Column) and e.name.lower() in _WINDOW_COLUMNS for e in p)]
+    matched = {a.name.lower() for a, b in bounds if a.name.lower() == b.name.lower()}
+    if matched != set(_WINDOW_COLUMNS) or len(bounds) != 2:
+        raise SqlError(f"window join at {position(join)}: its condition must equal the tables' windows, e.g. ON "
+                       "L.window_start = R.window_start AND L.window_end = R.window_end AND L.k = R.k")  # fmt: skip
+    return windows, [p for p in pairs if p not in bounds]
+
+
+def _without_windows(relation: Relation) -> Relation:
+    """A windowed relation's columns without ``window_start``/``window_end``: the window join makes them."""
+    sides = [
+        Side(side.aliases, None if side.names is None else
+             {w: n for w, n in side.names.items() if w not in _WINDOW_COLUMNS})
+        for side in relation.sides
+    ]  # fmt: skip
+    order = [(w, n) for w, n in relation.order if w.lower() not in _WINDOW_COLUMNS]
+    return Relation(relation.node, sides, order=order)
+
+
+def _with_windows(joined: Relation, left_sides: int) -> Relation:
+    """A window join's relation: both tables' ``window_start``/``window_end`` are its output's
+    (one pair, after the keys); ``SELECT *`` lists them once, after the left table's columns."""
+    windows = {name: name for name in _WINDOW_COLUMNS}
+    for side in joined.sides:
+        if side.names is not None:
+            side.names.update(windows)
+    left_order = sum(len(side.names or {}) - len(windows) for side in joined.sides[:left_sides])
+    order = [*joined.order[:left_order], *windows.items(), *joined.order[left_order:]]
+    return Relation(joined.node, joined.sides, order=order)
 
 
 def _equalities(

@@ -1,6 +1,7 @@
-"""SQL joins whose condition bounds one table's event time by the other's run as Flink's
-interval join (its bounds read as Flink's ``IntervalJoinUtil`` reads them); the answers,
-bounded and streamed over micro-batches, equal DuckDB's over the same files."""
+"""SQL joins by event time: a condition that bounds one table's event time by the other's runs
+as Flink's interval join (its bounds read as Flink's ``IntervalJoinUtil`` reads them), a join
+of two window table functions on their windows as Flink's window join; the answers, bounded
+and streamed over micro-batches, equal DuckDB's over the same files."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 
 from keyflow import Pipeline
 from keyflow.changelog import current
-from keyflow.plan.nodes import IntervalJoinNode, JoinNode
+from keyflow.plan.event_time import tumbling
+from keyflow.plan.nodes import IntervalJoinNode, JoinNode, WindowJoinNode
 from keyflow.sql.errors import SqlError
 from tests.pipelines import TEST_SPARK
 from tests.streams import read_output
@@ -150,3 +152,118 @@ def test_streamed_interval_join_over_micro_batches_equals_duckdb(tmp_path: Path)
     written = read_output(tmp_path / "out")
     got = current(pa.Table.from_pandas(written, preserve_index=False)).to_pandas() if "op" in written else written
     same_rows(got, duckdb_answer(clicks, buys, "JOIN"))
+
+
+WINDOWED = "(SELECT * FROM TABLE(TUMBLE(TABLE {table}, DESCRIPTOR({time}), INTERVAL '1' MINUTE))) {alias}"
+WINDOW_JOIN = (
+    "SELECT L.user_id, L.page, L.ts, R.price, R.bt, L.window_start, L.window_end FROM "
+    + WINDOWED.format(table="clicks", time="ts", alias="L")
+    + " {how} "
+    + WINDOWED.format(table="buys", time="bt", alias="R")
+    + " ON L.user_id = R.uid AND L.window_start = R.window_start AND L.window_end = R.window_end"
+)
+WINDOW_SINK = (
+    "CREATE TABLE windowed (user_id STRING, page STRING, ts TIMESTAMP(3), price DOUBLE, bt TIMESTAMP(3), "
+    "window_start TIMESTAMP(3), window_end TIMESTAMP(3)) WITH ('connector' = 'filesystem', 'path' = '{path}', "
+    "'format' = 'parquet');\n"
+)
+
+
+def planned(query: str) -> Pipeline:
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    script = TABLES.format(clicks="/tmp/c", buys="/tmp/b", watch="", sink="blackhole", out="")
+    pipeline.sql(script + WINDOW_SINK.format(path="/tmp/w") + f"INSERT INTO windowed {query};")
+    return pipeline
+
+
+def test_a_join_of_two_window_table_functions_on_their_windows_is_a_window_join() -> None:
+    direct = "TABLE(TUMBLE(TABLE {table}, DESCRIPTOR({time}), INTERVAL '1' MINUTE)) {alias}"  # no derived table
+    full = WINDOW_JOIN.format(how="FULL JOIN")
+    for windowed, alias in ((WINDOWED.format(table="clicks", time="ts", alias="L"), "L"),
+                            (WINDOWED.format(table="buys", time="bt", alias="R"), "R")):  # fmt: skip
+        table, time = ("clicks", "ts") if alias == "L" else ("buys", "bt")
+        full = full.replace(windowed, direct.format(table=table, time=time, alias=alias))
+    assert "SELECT *" not in full
+    for query in (WINDOW_JOIN.format(how="JOIN"), full):
+        (join,) = [n for n in planned(query).operators.values() if isinstance(n, JoinNode)]
+        assert isinstance(join, WindowJoinNode)
+        assert join.assigner == tumbling("1 min")
+        assert join.time_columns == ("ts", "bt")
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            WINDOW_JOIN.format(how="JOIN").replace("INTERVAL '1' MINUTE))) R", "INTERVAL '2' MINUTE))) R"),
+            r"window join at line 9, column \d+: its tables are windowed differently \(TUMBLE\(…, INTERVAL '1' "
+            r"MINUTE\) and TUMBLE\(…, INTERVAL '2' MINUTE\)\); a window join needs the same windows on both",
+        ),
+        (
+            WINDOW_JOIN.format(how="JOIN").replace("TUMBLE(", "SESSION("),
+            r"window join at line 9, column \d+ of SESSION windows is not supported; join TUMBLE, HOP or CUMULATE",
+        ),
+        (
+            WINDOW_JOIN.format(how="JOIN").replace(" AND L.window_end = R.window_end", ""),
+            r"window join at line 9, column \d+: its condition must equal the tables' windows, e.g. ON "
+            r"L.window_start = R.window_start AND L.window_end = R.window_end AND L.k = R.k",
+        ),
+        (
+            "SELECT user_id, page, ts, 1.0, ts, window_start, window_end FROM "
+            + WINDOWED.format(table="clicks", time="ts", alias="L"),
+            r"TUMBLE\(…\) at line 9, column \d+ is read without GROUP BY window_start, window_end or a window join",
+        ),
+        (
+            WINDOW_JOIN.format(how="JOIN").replace(
+                "(SELECT * FROM TABLE(TUMBLE(TABLE clicks",
+                "(SELECT user_id, page, ts, window_start + INTERVAL '1' SECOND AS window_start, window_end FROM "
+                "TABLE(TUMBLE(TABLE clicks",
+            ),
+            r"window_start \+ INTERVAL '1' SECOND AS window_start at line 9, column \d+ computes with the windows of "
+            r"TUMBLE\(…\)",
+        ),
+    ],
+)
+def test_window_join_mistakes(query: str, message: str) -> None:
+    with pytest.raises(SqlError, match=message):
+        planned(query)
+
+
+def duckdb_window_join(clicks: Path, buys: Path, how: str) -> pd.DataFrame:
+    bucket = "time_bucket(INTERVAL 1 MINUTE, {t})"
+    windows = f"{bucket} AS window_start, {bucket} + INTERVAL 1 MINUTE AS window_end"
+    return duckdb.sql(
+        f"WITH L AS (SELECT *, {windows.format(t='ts')} FROM '{clicks}/*.parquet'), "
+        f"R AS (SELECT *, {windows.format(t='bt')} FROM '{buys}/*.parquet') "
+        "SELECT L.user_id, L.page, L.ts, R.price, R.bt, coalesce(L.window_start, R.window_start) AS window_start, "
+        f"coalesce(L.window_end, R.window_end) AS window_end FROM L {how} R ON L.user_id = R.uid AND "
+        "L.window_start = R.window_start"
+    ).df()
+
+
+@pytest.mark.jvm
+@pytest.mark.parametrize("how", ["JOIN", "FULL JOIN"])
+def test_bounded_window_join_equals_duckdb(tmp_path: Path, how: str) -> None:
+    """keyflow's window columns are the join's (never null on a padded row, where Flink's
+    ``L.window_start`` is): DuckDB's ``coalesce(L.window_start, R.window_start)``."""
+    clicks, buys = inputs(tmp_path, files=1)
+    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "spark.sql.session.timeZone": "UTC"})
+    pipeline.sql(TABLES.format(clicks=clicks, buys=buys, watch="", sink="blackhole", out="")
+                 + WINDOW_SINK.format(path=tmp_path / "windowed")
+                 + f"INSERT INTO windowed {WINDOW_JOIN.format(how=how)};")  # fmt: skip
+    pipeline.run()
+    same_rows(read_output(tmp_path / "windowed"), duckdb_window_join(clicks, buys, how))
+
+
+@pytest.mark.jvm
+def test_streamed_window_join_over_micro_batches_equals_duckdb(tmp_path: Path) -> None:
+    clicks, buys = inputs(tmp_path, files=3)
+    config = {**TEST_SPARK, "spark.sql.session.timeZone": "UTC", "execution.checkpointing.interval": "0 s"}
+    pipeline = Pipeline(parallelism=2, config=config)
+    watch = ", 'source.watch' = 'true', 'source.max-files-per-batch' = '1'"
+    pipeline.sql(TABLES.format(clicks=clicks, buys=buys, watch=watch, sink="blackhole", out="")
+                 + WINDOW_SINK.format(path=tmp_path / "windowed")
+                 + f"INSERT INTO windowed {WINDOW_JOIN.format(how='JOIN')};")  # fmt: skip
+    result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert len(result.batches) == 3
+    same_rows(read_output(tmp_path / "windowed"), duckdb_window_join(clicks, buys, "JOIN"))
