@@ -403,10 +403,10 @@ def plan(script: str, **config: object) -> Pipeline:
             (
                 ORDERS.format(extra="") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY "
                 f"amount DESC) AS rn FROM orders) WHERE {condition} AND amount > 0;",
-                rf"{condition} at line 2, column \d+: keyflow's Top-N filters the row number with rn <= N, rn < N or "
-                "rn = 1",
+                rf"{condition} at line 2, column \d+: keyflow's Top-N filters the row number with rn <= N, rn < N, "
+                r"rn = 1 or rn BETWEEN 1 AND N \(a range with an offset is not supported yet\)",
             )
-            for condition in ("rn > 3", "rn <= 0", "rn = 2", "rn <= amount")
+            for condition in ("rn > 3", "rn <= 0", "rn = 2", "rn <= amount", "rn BETWEEN 2 AND 5")
         ),
         (
             ORDERS.format(extra="") + "SELECT * FROM (SELECT *, RANK() OVER (PARTITION BY user_id ORDER BY amount) "
@@ -426,7 +426,8 @@ def plan(script: str, **config: object) -> Pipeline:
         (
             ORDERS.format(extra="") + "SELECT user_id, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY amount) AS rn "
             "FROM orders;",
-            r"ROW_NUMBER\(\) OVER at line 2, column \d+ runs as Flink's Top-N only as a column of a derived table",
+            r"ROW_NUMBER\(\) OVER at line 2, column \d+ runs as Flink's Top-N only as a column of a derived table that "
+            r"the query reading it filters",
         ),
         (
             ORDERS.format(extra="") + "SELECT * FROM (SELECT user_id, ROW_NUMBER() OVER (PARTITION BY user_id ORDER "
@@ -444,6 +445,17 @@ def plan(script: str, **config: object) -> Pipeline:
             "user_id)) WHERE rn <= 1;",
             r"ROW_NUMBER\(\) OVER at line 2, column \d+ ranks rows that are updated or retracted \(a streaming "
             r"GROUP BY, an outer join or a changelog table\)",
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY "
+            "amount DESC) AS rn FROM orders) WHERE rn >= 1;",
+            r"rn >= 1 at line 2, column \d+ keeps every row: keyflow's Top-N needs an upper bound, rn <= N",
+        ),
+        (
+            ORDERS.format(extra=", 'source.watch' = 'true'") + "SELECT * FROM (SELECT user_id, COUNT(*) AS n FROM "
+            "orders GROUP BY user_id) a JOIN orders o ON a.user_id = o.user_id;",
+            r"JOIN at line 2, column \d+: its left table is updated or retracted \(a streaming GROUP BY, Top-N or "
+            r"outer join, or a changelog table\); joins of updating tables are not supported yet",
         ),
         (
             "EXECUTE STATEMENT SET BEGIN " + ORDERS.format(extra="") + "END;",

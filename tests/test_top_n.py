@@ -20,6 +20,7 @@ from keyflow.errors import RestoreError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan.descriptors import StateDescriptor
 from keyflow.plan.graph import JobGraph
+from keyflow.plan.nodes import RankNode
 from keyflow.plan.restore import check_restorable
 from keyflow.runtime.ranks import RankShape, TopNRows
 from keyflow.runtime.workers import KeyedRunner, KeyedTask
@@ -28,6 +29,7 @@ from keyflow.state.memory import KeyedStateStore
 from tests.pipelines import TEST_SPARK
 from tests.streams import read_output
 
+START = pd.Timestamp("2026-01-01 00:00:00")
 ROW = pa.struct([("category", pa.string()), ("id", pa.int64()), ("price", pa.int32())])
 BOOKS_AND_FRUIT = [("book", 1, 12), ("book", 2, 19), ("book", 4, 11), ("book", 5, 11),
                    ("fruit", 4, 33), ("fruit", 3, 44), ("fruit", 5, 22)]  # fmt: skip
@@ -244,3 +246,128 @@ def test_a_top_n_restores_only_with_its_order_and_number_of_rows() -> None:
         check_restorable(saved, graph(5), None, False, "ckpt")
     with pytest.raises(RestoreError, match=r"it now keeps \{'rows': 'the first 3 rows by amount ASC'\}"):
         check_restorable(saved, graph(3, "amount"), None, False, "ckpt")
+
+
+ORDERS_TABLE = (
+    "CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, s ROW<user_id STRING>, ts TIMESTAMP(3), "
+    "WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH ('connector' = 'filesystem', 'path' = '{path}', "
+    "'format' = 'parquet'{watch});\n"
+)
+
+
+def ranks_of(query: str, columns: str = "user_id STRING, amount DOUBLE", watch: bool = True) -> list[RankNode]:
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    table = ORDERS_TABLE.format(path="/tmp/orders", watch=", 'source.watch' = 'true'" if watch else "")
+    pipeline.sql(table + f"CREATE TABLE out ({columns}) WITH ('connector' = 'blackhole');\nINSERT INTO out {query};")
+    return [node for node in pipeline.operators.values() if isinstance(node, RankNode)]
+
+
+RANKED = "(SELECT *, ROW_NUMBER() OVER (PARTITION BY {key} ORDER BY {order}) AS rn FROM orders)"
+
+
+@pytest.mark.parametrize(
+    ("where", "limit"),
+    [("(rn <= 3)", 3), ("(rn <= 3 AND amount > 1)", 3), ("rn >= 1 AND rn < 3", 2), ("rn BETWEEN 1 AND 4", 4),
+     ("2 >= rn", 2)],
+)  # fmt: skip
+def test_the_rank_filter_in_every_form_flink_reads(where: str, limit: int) -> None:
+    (rank,) = ranks_of(f"SELECT user_id, amount FROM {RANKED.format(key='user_id', order='amount')} WHERE {where}")
+    assert rank.limit == limit
+    assert rank.rank_column is None
+
+
+def test_the_row_number_is_kept_where_any_part_of_the_query_reads_it() -> None:
+    query = f"SELECT rn, COUNT(*) FROM {RANKED.format(key='user_id', order='amount')} WHERE rn <= 3 GROUP BY rn"
+    (rank,) = ranks_of(query, "rn BIGINT, n BIGINT", watch=False)
+    assert rank.rank_column == "rn"
+
+
+def test_a_top_1_read_with_its_number_ordered_by_event_time_deduplicates() -> None:
+    """Flink's RankNumberColumnRemoveRule: a Top-1's number is the constant 1, so the Rank keeps
+    no number and, ordered by the event time, is a deduplication (its tie rule: keep the last)."""
+    columns = "order_id BIGINT, user_id STRING, amount DOUBLE, s ROW<user_id STRING>, ts TIMESTAMP(3), rn BIGINT"
+    (rank,) = ranks_of(f"SELECT * FROM {RANKED.format(key='user_id', order='ts DESC')} WHERE rn = 1", columns)
+    assert rank.deduplicates
+    assert rank.rank_column is None
+
+
+def test_a_row_field_partitions_by_the_field_not_a_column_of_its_name() -> None:
+    query = (
+        "SELECT user_id, amount FROM (SELECT user_id, s.user_id AS user_key, amount, ROW_NUMBER() OVER (PARTITION "
+        "BY s.user_id ORDER BY amount) AS rn FROM orders) WHERE rn <= 2"
+    )
+    (rank,) = ranks_of(query)
+    assert rank.keys == ("user_key",)
+
+
+def test_nan_orders_above_every_number_as_in_spark_and_flink() -> None:
+    row = pa.struct([("category", pa.string()), ("id", pa.int64()), ("v", pa.float64())])
+    records = [("a", 1, 5.0), ("a", 2, float("nan")), ("a", 3, None), ("a", 4, 7.0)]
+    for descending, kept in ((True, [2, 4]), (False, [3, 1])):  # DESC: NaN first; ASC: null, then numbers
+        state = HeldState()
+        drive(RankShape(row, (("v", descending),), 2, None), records, state)
+        assert state.store is not None
+        stored = state.store.columns["__top_rows"].get(np.arange(1)).to_pylist()[0]
+        assert [r["id"] for r in stored] == kept
+
+
+@pytest.mark.jvm
+def test_a_ranked_table_joined_keeps_its_filter_after_the_join(tmp_path: Path) -> None:
+    """The filter on the row number runs after the join (a RIGHT JOIN pads the ranked side with
+    nulls, which it drops), and a column of the same name in the other table is its own."""
+    write_orders(tmp_path / "orders", files=1)
+    users = pd.DataFrame({"user_id": [f"u{n}" for n in range(0, 80, 2)], "rn": np.arange(40) % 5})
+    (tmp_path / "users").mkdir()
+    users.to_parquet(tmp_path / "users" / "part-0.parquet", index=False)
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    query = (
+        "SELECT x.user_id, x.order_id, x.rn, y.rn AS y_rn FROM (SELECT user_id, order_id, ROW_NUMBER() OVER "
+        "(PARTITION BY user_id ORDER BY amount DESC, order_id) AS rn FROM orders) x RIGHT JOIN users y ON "
+        "x.user_id = y.user_id WHERE x.rn <= 2 AND y.rn <= 3"
+    )
+    pipeline.sql(
+        f"CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, ts TIMESTAMP(3)) WITH ('connector' "
+        f"= 'filesystem', 'path' = '{tmp_path / 'orders'}', 'format' = 'parquet');\n"
+        f"CREATE TABLE users (user_id STRING, rn BIGINT) WITH ('connector' = 'filesystem', 'path' = "
+        f"'{tmp_path / 'users'}', 'format' = 'parquet');\n"
+        f"CREATE TABLE out (user_id STRING, order_id BIGINT, rn BIGINT, y_rn BIGINT) WITH ('connector' = "
+        f"'filesystem', 'path' = '{tmp_path / 'out'}', 'format' = 'parquet');\nINSERT INTO out {query};"
+    )
+    pipeline.run()
+    expected = duckdb.sql(
+        query.replace("FROM orders", f"FROM '{tmp_path}/orders/*.parquet'").replace(
+            "JOIN users", f"JOIN '{tmp_path}/users/*.parquet'"
+        )
+    ).df()
+    written = pa.Table.from_pandas(read_output(tmp_path / "out"), preserve_index=False)
+    assert_same_rows(current(written).to_pandas(), expected, ["user_id", "rn"])  # a RIGHT JOIN: a changelog
+
+
+@pytest.mark.jvm
+def test_deduplication_ties_go_as_in_flink_across_micro_batches(tmp_path: Path) -> None:
+    """Each user has one row of the same event time in each of three micro-batches: keeping the
+    first row keeps the first batch's, keeping the last the last batch's (Flink's
+    RowTimeDeduplicateFunction: a later row of an equal time replaces the kept one)."""
+    directory = tmp_path / "orders"
+    directory.mkdir()
+    for part in range(3):
+        rows = pd.DataFrame({"order_id": np.arange(30) + 100 * part, "user_id": [f"u{n}" for n in range(30)],
+                             "amount": np.full(30, float(part)), "ts": np.full(30, START, dtype="M8[us]")})  # fmt: skip
+        rows.to_parquet(directory / f"part-{part}.parquet", index=False)
+    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "execution.checkpointing.interval": "0 s"})
+    script = (
+        f"CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, ts TIMESTAMP(3), WATERMARK FOR ts "
+        f"AS ts - INTERVAL '1' SECOND) WITH ('connector' = 'filesystem', 'path' = '{directory}', 'format' = "
+        "'parquet', 'source.watch' = 'true', 'source.max-files-per-batch' = '1');\n"
+    )
+    for sink, order in (("first", "ts"), ("last", "ts DESC")):
+        script += (
+            f"CREATE TABLE {sink} (user_id STRING, order_id BIGINT) WITH ('connector' = 'filesystem', 'path' = "
+            f"'{tmp_path / sink}', 'format' = 'parquet');\nINSERT INTO {sink} SELECT user_id, order_id FROM (SELECT "
+            f"*, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY {order}) AS rn FROM orders) WHERE rn = 1;\n"
+        )
+    pipeline.sql(script)
+    assert len(pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True).batches) == 3
+    for sink, part in (("first", 0), ("last", 2)):
+        got = current(pa.Table.from_pandas(read_output(tmp_path / sink), preserve_index=False)).to_pandas()
+        assert sorted(got["order_id"]) == list(np.arange(30) + 100 * part), sink

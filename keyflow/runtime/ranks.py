@@ -83,7 +83,11 @@ class TopNRows(KeyedFunction):
             direction = "descending" if descending else "ascending"
             values = rows.field(name)
             columns[f"valid{index}"], columns[f"value{index}"] = values.is_valid(), values
-            keys += [(f"valid{index}", direction), (f"value{index}", direction)]  # nulls first asc, last desc
+            keys.append((f"valid{index}", direction))  # nulls first ascending, last descending
+            if pa.types.is_floating(values.type):  # NaN above every number, as Spark and Flink order it
+                columns[f"nan{index}"] = pc.fill_null(pc.is_nan(values), False)
+                keys.append((f"nan{index}", direction))
+            keys.append((f"value{index}", direction))
         columns["arrival"] = np.arange(len(rows), dtype=np.int64)
         keys.append(("arrival", "descending" if self.shape.latest_wins else "ascending"))
         ranked = np.asarray(pc.sort_indices(pa.table(columns), sort_keys=keys).to_numpy(), dtype=np.int64)

@@ -12,7 +12,6 @@ select list a projection. Expressions run as Spark SQL with Flink's meanings
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -32,6 +31,7 @@ from keyflow.sql.options import parallelism_option
 from keyflow.sql.scope import Relation, Side, belongs, expand_star, own_nodes, resolve, resolve_trees
 from keyflow.sql.statements import DIALECT, interval_micros
 from keyflow.sql.tables import quoted, source_of
+from keyflow.sql.top_n import TopN, top_n_of
 
 AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
 _UNSUPPORTED = {
@@ -83,12 +83,7 @@ class QueryPlanner:
         source = query.args.get("from_")
         if source is None:
             raise SqlError(f"SELECT at {position(query)} reads no table; add FROM table")
-        ranked = _top_n_of(source.this, query)
-        if ranked is not None:
-            node_id, names = self.select(source.this.this, into, ranked)
-            relation = Relation.of(node_id, names, {source.this.alias})
-        else:
-            relation = self.relation(source.this, into)
+        relation = self.relation(source.this, into, query)
         for join in query.args.get("joins") or []:
             relation = self._joined(relation, join, query, into)
         _refuse_in_expressions(query, top_n.window if top_n else None)
@@ -117,7 +112,7 @@ class QueryPlanner:
                     f"ROW_NUMBER() OVER at {position(top_n.window)} in a query with GROUP BY, aggregates, windows or "
                     "DISTINCT is not supported yet; rank the grouped rows in an outer query"
                 )
-            return self._top_n(node_id, top_n, expressions, names, into), names
+            return self._top_n(node_id, top_n, expressions, names, into)
         if query.args.get("distinct") and (grouped is not None or aggregated or relation.window is not None):
             raise SqlError(f"SELECT DISTINCT with GROUP BY, aggregates or windows at {position(query)} is not "
                            "supported yet; select from the grouped query in a derived table with DISTINCT")  # fmt: skip
@@ -135,8 +130,13 @@ class QueryPlanner:
         return self._project(node_id, expressions, names, into), names
 
     # -- FROM ------------------------------------------------------------------------------
-    def relation(self, item: exp.Expr, into: str) -> Relation:
+    def relation(self, item: exp.Expr, into: str, query: exp.Select) -> Relation:
+        """What ``item``, a FROM or JOIN operand of ``query``, reads."""
         alias = item.alias if isinstance(item, (exp.Table, exp.Subquery)) else ""
+        ranked = top_n_of(item, query)
+        if ranked is not None:  # a Top-N, whose filter is in the reading query
+            node_id, names = self.select(item.this, into, ranked)
+            return Relation.of(node_id, names, {alias})
         if isinstance(item, exp.Table) and item.args.get("version") is not None:
             raise SqlError(f"FOR SYSTEM_TIME AS OF at {position(item)} (a temporal join) is not supported yet; join "
                            "the table's current rows with a regular join")  # fmt: skip
@@ -213,7 +213,14 @@ class QueryPlanner:
         """A regular join (inner or outer) of ``left`` and the table ``join`` reads, on the
         equalities of its condition between a column of each; for an inner join the rest of
         the condition filters the joined rows."""
-        right = self.relation(join.this, into)
+        right = self.relation(join.this, into, query)
+        for side, relation in (("left", left), ("right", right)):
+            if self.builder.is_changelog(relation.node):
+                raise SqlError(
+                    f"JOIN at {position(join)}: its {side} table is updated or retracted (a streaming GROUP BY, Top-N "
+                    "or outer join, or a changelog table); joins of updating tables are not supported yet: join the "
+                    "rows before they are aggregated or ranked"
+                )
         if (left.window is None) != (right.window is None):
             raise SqlError(f"JOIN at {position(join)} of a window table function and a table: join two window table "
                            "functions of the same windows (a window join), or aggregate the windows in a subquery "
@@ -445,7 +452,9 @@ class QueryPlanner:
             node_id = self.builder.with_columns(node_id, computed)
         return node_id, keys, expressions, condition
 
-    def _top_n(self, node_id: int, top_n: TopN, expressions: list[exp.Expr], names: list[str], into: str) -> int:
+    def _top_n(
+        self, node_id: int, top_n: TopN, expressions: list[exp.Expr], names: list[str], into: str
+    ) -> tuple[int, list[str]]:
         """The select list, then Flink's Top-N by its ``ROW_NUMBER() OVER (PARTITION BY …
         ORDER BY …)``: keyed by the partition, the first ``top_n.limit`` rows in the order;
         the row number is a column only where the outer query reads it."""
@@ -488,11 +497,16 @@ class QueryPlanner:
         columns = [f"{spark_sql(e.unalias())} AS {quoted(n)}" for e, n in listed]
         columns += [f"{spark_sql(tree)} AS {quoted(name)}" for name, tree in hidden.items()]
         node_id = self.builder.select(node_id, columns, name=f"select ({into})")
-        rank_column = names[at] if top_n.numbered else None
+        # As Flink's RankNumberColumnRemoveRule: a Top-1's row number is the constant 1, not a column it keeps
+        rank_column = names[at] if top_n.numbered and top_n.limit > 1 else None
         node_id = self.builder.rank(node_id, self.builder.key_by(keys), order, top_n.limit, rank_column,
                                     name=f"top-n ({into})")  # fmt: skip
-        kept = [quoted(n) for i, n in enumerate(names) if i != at or top_n.numbered]
-        return self.builder.select(node_id, [*kept, *row_kind(self.builder, node_id)], name=f"top-n columns ({into})")
+        number = quoted(names[at]) if rank_column else f"CAST(1 AS BIGINT) AS {quoted(names[at])}"
+        kept = [number if i == at else quoted(n) for i, n in enumerate(names) if i != at or top_n.numbered]
+        node_id = self.builder.select(
+            node_id, [*kept, *row_kind(self.builder, node_id)], name=f"top-n columns ({into})"
+        )
+        return node_id, [n for i, n in enumerate(names) if i != at or top_n.numbered]
 
     def _project(self, node_id: int, expressions: list[exp.Expr], names: list[str], into: str) -> int:
         """The select list, named ``names``; a changelog keeps its row kinds."""
@@ -757,92 +771,21 @@ def _upserts_without_row_kinds(builder: PlanBuilder, node_id: int) -> bool:
     return isinstance(node, nodes.AggregateNode) and not node.changelog and builder.reads_unbounded([node.id])
 
 
-@dataclass(frozen=True)
-class TopN:
-    """A Top-N an outer query asks of its derived table: keep the first ``limit`` rows by the
-    table's ``window`` (its ``ROW_NUMBER() OVER``); ``numbered``: the outer query reads the
-    row number."""
-
-    window: exp.Window
-    limit: int
-    numbered: bool
-
-
-def _top_n_of(item: exp.Expr, query: exp.Select) -> TopN | None:
-    """Flink's Top-N pattern: ``FROM (SELECT …, ROW_NUMBER() OVER (…) AS rn FROM …) WHERE rn <=
-    N``; the conjunct on ``rn`` is taken out of ``query``'s WHERE. None: no ROW_NUMBER there."""
-    if not (isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select)):
-        return None
-    numbered = [
-        e for e in item.this.expressions if isinstance(e.unalias(), exp.Window) and isinstance(e.unalias().this,
-                                                                                                exp.RowNumber)
-    ]  # fmt: skip
-    if not numbered:
-        return None
-    window = numbered[0].unalias()
-    if len(numbered) > 1 or not isinstance(numbered[0], exp.Alias):
-        raise SqlError(f"ROW_NUMBER() OVER at {position(window)}: keyflow runs one, named (… AS rownum), per query as "
-                       "Flink's Top-N; name it and filter it in the outer query")  # fmt: skip
-    name = numbered[0].alias.lower()
-    where = query.args.get("where")
-    conjuncts = (where.this.flatten() if isinstance(where.this, exp.And) else [where.this]) if where else []
-    on_rank = [c for c in conjuncts if any(column.name.lower() == name for column in c.find_all(exp.Column))]
-    limits = [(c, _rank_limit(c, name)) for c in on_rank]
-    if not limits:
-        raise SqlError(
-            f"ROW_NUMBER() OVER at {position(window)} without a filter on {numbered[0].alias} in the outer query: "
-            f"keyflow runs ROW_NUMBER as Flink's Top-N; add WHERE {numbered[0].alias} <= N (N = 1 deduplicates)"
-        )
-    for conjunct, limit in limits:
-        if limit is None:
-            rank = numbered[0].alias
-            raise SqlError(
-                f"{conjunct.sql(dialect=DIALECT)} at {position(conjunct)}: keyflow's Top-N filters the row number "
-                f"with {rank} <= N, {rank} < N or {rank} = 1"
-            )
-    rest = [c for c in conjuncts if all(c is not taken for taken, _ in limits)]
-    query.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
-    reads = [c for e in [*query.expressions, *([query.args["where"]] if rest else [])] for c in e.find_all(exp.Column)]
-    starred = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star) for e in query.expressions)
-    return TopN(
-        window,
-        min(limit for _, limit in limits if limit is not None),
-        starred or any(c.name.lower() == name for c in reads),
-    )
-
-
 def _same_column(a: exp.Expr, b: exp.Expr) -> bool:
-    """Whether two resolved expressions read the same column (names are unique once resolved)."""
+    """Whether two resolved expressions read the same column (or ROW field): names compared as
+    Spark resolves them, in any case, quoted or not."""
     if isinstance(a, exp.Column) and isinstance(b, exp.Column):
-        return a.name.lower() == b.name.lower()
+        return [part.name.lower() for part in a.parts] == [part.name.lower() for part in b.parts]
     return a == b
-
-
-def _rank_limit(conjunct: exp.Expr, name: str) -> int | None:
-    """N of ``rn <= N``, ``rn < N + 1``, ``rn = 1`` (either way round), or None for another condition."""
-    if not isinstance(conjunct, (exp.LTE, exp.LT, exp.EQ, exp.GTE, exp.GT)):
-        return None
-    left, right = conjunct.this, conjunct.expression
-    flipped = isinstance(right, exp.Column) and right.name.lower() == name
-    column, bound = (right, left) if flipped else (left, right)
-    if not (isinstance(column, exp.Column) and column.name.lower() == name and isinstance(bound, exp.Literal)):
-        return None
-    if bound.is_string or not bound.this.isdigit():
-        return None
-    value = int(bound.this)
-    kind = {exp.LTE: "<=", exp.LT: "<", exp.EQ: "=", exp.GTE: ">=", exp.GT: ">"}[type(conjunct)]
-    if flipped:  # N >= rn is rn <= N
-        kind = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(kind, kind)
-    limit = {"<=": value, "<": value - 1, "=": 1 if value == 1 else 0}.get(kind, 0)
-    return limit if limit >= 1 else None
 
 
 def _window_refusal(node: exp.Window) -> str:
     """Why a window function other than a filtered ROW_NUMBER does not run."""
     if isinstance(node.this, exp.RowNumber):
         return (
-            f"ROW_NUMBER() OVER at {position(node)} runs as Flink's Top-N only as a column of a derived table the "
-            "outer query filters: SELECT … FROM (SELECT …, ROW_NUMBER() OVER (…) AS rn FROM t) WHERE rn <= N"
+            f"ROW_NUMBER() OVER at {position(node)} runs as Flink's Top-N only as a column of a derived table that "
+            "the query reading it filters: SELECT … FROM (SELECT …, ROW_NUMBER() OVER (…) AS rn FROM t) WHERE rn <= "
+            "N (not in a view or a WITH query yet)"
         )
     if isinstance(node.this, (exp.Rank, exp.DenseRank)):
         name = "RANK" if isinstance(node.this, exp.Rank) else "DENSE_RANK"
