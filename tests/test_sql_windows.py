@@ -1,6 +1,6 @@
-"""Window table functions beyond the Nexmark queries: CUMULATE, and offsets of TUMBLE, HOP
-and CUMULATE, as Flink defines them; each window's aggregate equals plain Python assigning
-the same rows to the same windows, bounded and streamed over micro-batches."""
+"""Window table functions beyond the Nexmark queries: CUMULATE, offsets of TUMBLE, HOP and
+CUMULATE, and a Top-N per window, as Flink defines them; each window's aggregate equals plain
+Python assigning the same rows to the same windows, bounded and streamed over micro-batches."""
 
 from __future__ import annotations
 
@@ -61,6 +61,26 @@ def expected(clicks: pd.DataFrame, window: tuple[str, float, float, float], befo
     return frame
 
 
+TOP_USERS = """
+CREATE TABLE top_users (window_start TIMESTAMP(3), window_end TIMESTAMP(3), user_id STRING, n BIGINT, total DOUBLE,
+  rn BIGINT) WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'parquet');
+INSERT INTO top_users SELECT * FROM (
+  SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY total DESC, user_id) AS rn FROM (
+    SELECT window_start, window_end, user_id, COUNT(*) AS n, SUM(amount) AS total
+    FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '10' MINUTE))
+    GROUP BY window_start, window_end, user_id))
+WHERE rn <= 3;
+"""
+
+
+def top_users(windows: pd.DataFrame) -> pd.DataFrame:
+    """Flink's window Top-N over per-user window aggregates, in pandas: each window's three
+    largest totals (ties by user), numbered."""
+    ordered = windows.sort_values(["window_start", "total", "user_id"], ascending=[True, False, True])
+    ordered["rn"] = ordered.groupby("window_start").cumcount() + 1
+    return ordered[ordered["rn"] <= 3][["window_start", "window_end", "user_id", "n", "total", "rn"]]
+
+
 def write_clicks(directory: Path, files: int) -> pd.DataFrame:
     """Clicks of 25 users over 40 minutes in time order, ``files`` Parquet files."""
     rng = np.random.default_rng(12)
@@ -94,8 +114,8 @@ def script(clicks: Path, out: Path, watch: str, sinks: list[str]) -> str:
     return text
 
 
-def assert_windows(got: pd.DataFrame, want: pd.DataFrame) -> None:
-    assert len(want) > 50
+def assert_windows(got: pd.DataFrame, want: pd.DataFrame, at_least: int = 50) -> None:
+    assert len(want) >= at_least
     columns = ["user_id", "window_start", "window_end"]
     got = got[list(want.columns)].assign(total=got["total"].round(6)).astype(dict.fromkeys(columns[1:], "M8[us]"))
     want = want.astype(dict.fromkeys(columns[1:], "M8[us]"))
@@ -109,10 +129,13 @@ def test_cumulate_and_window_offsets_equal_python(tmp_path: Path) -> None:
     """A bounded run fires every window: each sink's windows and aggregates equal Python's."""
     clicks = write_clicks(tmp_path / "clicks", files=1)
     pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "spark.sql.session.timeZone": "UTC"})
-    pipeline.sql(script(tmp_path / "clicks", tmp_path / "out", "", list(WINDOWS)))
+    pipeline.sql(script(tmp_path / "clicks", tmp_path / "out", "", list(WINDOWS))
+                 + TOP_USERS.format(path=tmp_path / "out" / "top_users"))  # fmt: skip
     pipeline.run()
     for sink, (_, window) in WINDOWS.items():
         assert_windows(read_output(tmp_path / "out" / sink), expected(clicks, window))
+    top = top_users(expected(clicks, ("tumble", 10, 10, 0)))
+    assert_windows(read_output(tmp_path / "out" / "top_users"), top, at_least=12)  # 3 of each of 4 windows
 
 
 @pytest.mark.jvm
@@ -123,7 +146,9 @@ def test_cumulating_windows_stream_over_micro_batches(tmp_path: Path) -> None:
     config = {**TEST_SPARK, "spark.sql.session.timeZone": "UTC", "execution.checkpointing.interval": "0 s"}
     pipeline = Pipeline(parallelism=2, config=config)
     watch = ", 'source.watch' = 'true', 'source.max-files-per-batch' = '1'"
-    pipeline.sql(script(tmp_path / "clicks", tmp_path / "out", watch, ["cumulate"]))
+    pipeline.sql(script(tmp_path / "clicks", tmp_path / "out", watch, ["cumulate"])
+                 + TOP_USERS.format(path=tmp_path / "out" / "top_users"))  # fmt: skip
+    assert "per_window=window_end" in pipeline.plan().render()  # Flink's window Top-N
     result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
     assert len(result.batches) == 3
     marks = Checkpoint(str(tmp_path / "ckpt")).manifests.latest().watermarks  # type: ignore[union-attr]
@@ -131,3 +156,6 @@ def test_cumulating_windows_stream_over_micro_batches(tmp_path: Path) -> None:
     got = read_output(tmp_path / "out" / "cumulate")
     assert not got.duplicated(["user_id", "window_start", "window_end"]).any()  # each window fires once
     assert_windows(got, expected(clicks, WINDOWS["cumulate"][1], before=watermark))
+    ranked = read_output(tmp_path / "out" / "top_users")
+    assert "op" not in ranked.columns  # insert-only: each window ranked once, when it ends
+    assert_windows(ranked, top_users(expected(clicks, ("tumble", 10, 10, 0), before=watermark)), at_least=9)

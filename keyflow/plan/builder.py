@@ -317,6 +317,7 @@ class PlanBuilder:
             )
         event_time = event_time_at(self.operators, input_id)
         time_ordered = len(order) == 1 and event_time is not None and order[0][0].lower() == event_time.lower()
+        window_end = self._ranked_windows(input_id, keying.keys)
         return self._add(
             nodes.RankNode,
             (input_id,),
@@ -328,9 +329,23 @@ class PlanBuilder:
             order=tuple(order),
             limit=limit,
             rank_column=rank_column,
-            changelog=self.reads_unbounded([input_id]),
+            changelog=self.reads_unbounded([input_id]) and window_end is None,
             time_ordered=time_ordered,
+            window_end=window_end,
         )
+
+    def _ranked_windows(self, input_id: int, keys: Sequence[str]) -> str | None:
+        """The window end column where ``keys`` hold ``window_start`` and ``window_end`` of a
+        window aggregation (without allowed lateness: each window's rows come once) that
+        reaches ``input_id`` through stateless operators; else None."""
+        names = {key.lower(): key for key in keys}
+        if not {nodes.WINDOW_START, nodes.WINDOW_END} <= names.keys():
+            return None
+        origin = self.node(input_id)
+        while isinstance(origin, (nodes.SelectNode, nodes.FilterNode, nodes.WithColumnsNode)):
+            origin = self.node(origin.inputs[0])
+        windowed = isinstance(origin, nodes.WindowAggregateNode) and not origin.windowing.allowed_lateness
+        return names[nodes.WINDOW_END] if windowed else None
 
     def windowing(
         self, input_id: int, keying: Keying, assigner: object, allowed_lateness: int, late_rows: object

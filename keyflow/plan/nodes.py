@@ -326,13 +326,16 @@ class RankNode(KeyedNode):
     is unbounded, so the output retracts rows that leave the top (``-D``, or ``-U`` where a
     rank's row changes). ``time_ordered``: ordered by the event-time column alone, which with
     a limit of 1 and no rank column is Flink's deduplication (a later row of an equal time
-    replaces the kept one when descending: keep the last row)."""
+    replaces the kept one when descending: keep the last row). ``window_end``: the partition
+    holds the windows of a window aggregation (Flink's window Top-N): each window's rows are
+    ranked once it ends, insert-only, and its state is then dropped."""
 
     order: tuple[tuple[str, bool], ...] = ()
     limit: int = 1
     rank_column: str | None = None
     changelog: bool = False
     time_ordered: bool = False
+    window_end: str | None = None  # partitioned by a window aggregation's windows: their end column
     kind: ClassVar[str] = "rank"
 
     @property
@@ -350,6 +353,8 @@ class RankNode(KeyedNode):
             described["rank_column"] = self.rank_column
         if self.deduplicates:
             described["deduplicate"] = "keep first row" if not self.order[0][1] else "keep last row"
+        if self.window_end:
+            described["per_window"] = self.window_end
         if self.changelog:
             described["changelog"] = True
         return described

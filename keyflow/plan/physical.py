@@ -221,6 +221,19 @@ class AppendOnlyTopN(Rank):
 
 
 @dataclass(frozen=True, eq=False)
+class WindowRank(Rank):
+    """Flink's WindowRank: a Top-N keyed by a window aggregation's windows; each key (window
+    included) keeps its first rows until the window ends, emits them then (insert-only) and
+    drops its state (per key, when its window ends, so one comparison finds those due)."""
+
+    layout: ClassVar[StateLayout] = StateLayout.TOP_ROWS
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        (rows, described), *_ = super().contents()
+        return ((rows, f"{described}, of each window until it ends"),)
+
+
+@dataclass(frozen=True, eq=False)
 class Deduplicate(AppendOnlyTopN):
     """Flink's row-time deduplication: each key's kept row in state; keeping the last row, a
     later row of an equal or later time replaces it (``-U``/``+U``); keeping the first, only
@@ -253,6 +266,8 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
     if isinstance(node, JoinNode):
         return RegularJoin(node)
     if isinstance(node, RankNode):
+        if node.window_end is not None and stateful:
+            return WindowRank(node)
         return (Deduplicate if node.deduplicates else AppendOnlyTopN)(node) if node.changelog else Rank(node)
     if not isinstance(node, AggregateNode):
         raise AssertionError(f"no physical kind for {node.kind} {node.name!r}")

@@ -15,6 +15,7 @@ refuses a changelog), so a row that left the top never comes back.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,9 +24,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keyflow.changelog import DELETE, INSERT, OP, UPDATE_AFTER, UPDATE_BEFORE
-from keyflow.plan.descriptors import ListState, StateDescriptor
+from keyflow.plan.descriptors import ListState, StateDescriptor, ValueState
+from keyflow.runtime.joins import clear
 from keyflow.runtime.keyed_function import KeyedFunction
-from keyflow.state.keyed import KeyedBatch, KeyedState, empty_if_null
+from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, empty_if_null
+from keyflow.state.memory import KeyedStateStore
+from keyflow.state.timers import TaskTime
 
 TOP = "__top_rows"  # each key's first rows, in order
 
@@ -57,6 +61,14 @@ class TopNRows(KeyedFunction):
         self.shape, self.schema = shape, schema
 
     def process(self, batch: KeyedBatch, state: KeyedState) -> pa.Table | None:
+        changes = self._changes(*self._keep(batch, state))
+        return pa.concat_tables(changes) if changes else None
+
+    def _keep(
+        self, batch: KeyedBatch, state: KeyedState
+    ) -> tuple[pa.StructArray, Positions, Positions, Positions, Positions]:
+        """Each key's first rows of its stored and arriving ones, stored; the candidate rows
+        (stored first), their keys, the keys' stored counts, the kept ones and their ranks."""
         shape, view = self.shape, state[TOP]
         stored = empty_if_null(view.get())
         lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -72,8 +84,7 @@ class TopNRows(KeyedFunction):
         kept_lengths = np.bincount(owners[kept], minlength=batch.num_keys)
         offsets = pa.array(np.r_[0, np.cumsum(kept_lengths)], pa.int32())
         view.update(pa.ListArray.from_arrays(offsets, rows.take(pa.array(kept))))
-        changes = self._changes(rows, owners, lengths, kept, ranks[ranks < shape.limit])
-        return pa.concat_tables(changes) if changes else None
+        return rows, owners, lengths, kept, ranks[ranks < shape.limit]
 
     def _ranked(self, rows: pa.StructArray, owners: Positions) -> tuple[Positions, Positions]:
         """The rows' positions sorted by key, order and arrival, and each one's rank (from 0) in its key."""
@@ -140,3 +151,41 @@ class TopNRows(KeyedFunction):
             columns[self.shape.rank_column] = pa.array(ranks + 1, pa.int64())
         columns[OP] = pa.array(ops.astype(object) if len(ops) else [], pa.string())
         return pa.table(columns)
+
+
+WINDOW_ENDS = "__window_ends"  # a window Top-N's key (its partition holds the window): when the window ends
+
+
+class WindowTopNRows(TopNRows):
+    """Flink's WindowRank: a Top-N partitioned by the windows of a window aggregation. Each
+    key (window included) keeps its first rows until the watermark passes the window's end;
+    then they are emitted once, insert-only, and the key's state is cleared. The aggregation
+    emits a window's rows when it fires, so they have all arrived by then."""
+
+    timed = True
+
+    def __init__(self, shape: RankShape, schema: pa.Schema, window_end: str) -> None:
+        super().__init__(shape, schema)
+        self.window_end = window_end
+
+    @staticmethod
+    def state_of(shape: RankShape) -> dict[str, StateDescriptor]:
+        return {**shape.state(), WINDOW_ENDS: ValueState(pa.int64())}
+
+    def process(self, batch: KeyedBatch, state: KeyedState) -> None:
+        self._keep(batch, state)
+        ends = batch.keys.column(self.window_end).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        state[WINDOW_ENDS].update(pc.subtract(ends, 1))  # its last microsecond: the window fires at it
+        return None
+
+    def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[pa.Table]:
+        slots = store.columns[WINDOW_ENDS].at_most(time.watermark, len(store))
+        if not len(slots):
+            return
+        stored = empty_if_null(ListStateView(store, TOP, slots).get())
+        lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
+        rows = pc.list_flatten(stored)
+        ranks = np.arange(len(rows), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        table = self._rows(rows, np.arange(len(rows), dtype=np.int64), ranks, np.full(len(rows), INSERT))
+        clear(store, slots)
+        yield table.drop_columns([OP])

@@ -53,7 +53,7 @@ from keyflow.runtime.operators import (
     map_in_arrow,
     session_timezone,
 )
-from keyflow.runtime.ranks import RankShape, TopNRows
+from keyflow.runtime.ranks import RankShape, TopNRows, WindowTopNRows
 from keyflow.runtime.window_assign import EVENT_MICROS, field_micros, split_late, with_windows
 from keyflow.runtime.windows import (
     END_MICROS,
@@ -508,15 +508,31 @@ RANK_NUMBER = "__rank_number"
 
 def _top_n(operator: physical.AppendOnlyTopN, frame: DataFrame, context: KeyedContext) -> DataFrame:
     """Streaming: each key's first rows in state, the changes emitted (``keyflow.runtime.ranks``)."""
-    node, frame = operator.node, frame.drop(KEY_GROUP_COLUMN)
-    types = to_arrow_schema(frame.schema, timezone=session_timezone(frame))
+    shape, output = _rank_shape(operator, frame)
+    output = output.append(pa.field(OP, pa.string()))
+    exchanged = context.exchange(frame.drop(KEY_GROUP_COLUMN), keep_key_group=True)
+    return context.run(exchanged, TopNRows(shape, output), output, shape.state(), ())
+
+
+def _window_top_n(operator: physical.WindowRank, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """Streaming per window: each key's (window's) first rows in state, emitted when it ends."""
+    node = operator.node
+    assert node.window_end is not None  # the plan chose this kind for it
+    shape, output = _rank_shape(operator, frame)
+    exchanged = context.exchange(frame.drop(KEY_GROUP_COLUMN), keep_key_group=True)
+    function = WindowTopNRows(shape, output, node.window_end)
+    return context.run(exchanged, function, output, function.state_of(shape), ())
+
+
+def _rank_shape(operator: physical.Rank, frame: DataFrame) -> tuple[RankShape, pa.Schema]:
+    """What a streaming Top-N keeps (rows of the input's columns) and its output without row kinds."""
+    node = operator.node
+    types = to_arrow_schema(frame.drop(KEY_GROUP_COLUMN).schema, timezone=session_timezone(frame))
     deduplicates = isinstance(operator, physical.Deduplicate)
     latest_wins = deduplicates and node.order[0][1]  # keep the last row: a later row of an equal time replaces
     shape = RankShape(pa.struct(list(types)), node.order, node.limit, node.rank_column, latest_wins, deduplicates)
     ranked = [pa.field(node.rank_column, pa.int64())] if node.rank_column else []
-    output = pa.schema([*types, *ranked, pa.field(OP, pa.string())])
-    exchanged = context.exchange(frame, keep_key_group=True)
-    return context.run(exchanged, TopNRows(shape, output), output, shape.state(), ())
+    return shape, pa.schema([*types, *ranked])
 
 
 TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedContext], DataFrame]] = {
@@ -538,4 +554,5 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.Rank: _rank,
     physical.AppendOnlyTopN: _top_n,
     physical.Deduplicate: _top_n,
+    physical.WindowRank: _window_top_n,
 }
