@@ -92,6 +92,10 @@ class Keying:
     on_null: Sink | None = None
     reinterpreted: bool = False
 
+    def fields(self) -> dict[str, Any]:
+        """The keyed node's fields this keying sets."""
+        return {"keys": self.keys, "on_null": self.on_null, "reinterpreted": self.reinterpreted}
+
 
 class PlanBuilder:
     """A pipeline's operators, its sinks and its configuration, as the front ends build them.
@@ -283,12 +287,10 @@ class PlanBuilder:
             (input_id,),
             name,
             None,
-            keys=keying.keys,
-            on_null=keying.on_null,
             aggregations=dict(aggregations),
             changelog=changelog_input or emit_changelog,
             changelog_input=changelog_input,
-            reinterpreted=keying.reinterpreted,
+            **keying.fields(),
         )
 
     def rank(
@@ -323,9 +325,7 @@ class PlanBuilder:
             (input_id,),
             name,
             None,
-            keys=keying.keys,
-            on_null=keying.on_null,
-            reinterpreted=keying.reinterpreted,
+            **keying.fields(),
             order=tuple(order),
             limit=limit,
             rank_column=rank_column,
@@ -463,13 +463,11 @@ class PlanBuilder:
             parallelism,
             side_input=side is not None,
             on_timer=on_timer,
-            keys=keying.keys,
-            on_null=keying.on_null,
             function=function,
             schema=schema,
             state=dict(state or {}),
             order_by=(order_by,) if isinstance(order_by, str) else tuple(order_by),
-            reinterpreted=keying.reinterpreted,
+            **keying.fields(),
         )
 
     def co_process(
