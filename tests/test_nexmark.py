@@ -95,6 +95,8 @@ REFERENCES = {
     "ELSE 1 END) OVER (PARTITION BY bidder ORDER BY dateTime) AS session FROM (SELECT bidder, dateTime, "
     "lag(dateTime) OVER (PARTITION BY bidder ORDER BY dateTime) AS previous FROM bid)) "
     "SELECT bidder, count(*), min(dateTime), max(dateTime) + INTERVAL 10 SECOND FROM s GROUP BY bidder, session",
+    "q13": "SELECT B.auction, B.bidder, B.price, B.dateTime, S.value FROM bid B JOIN side_input S "
+    "ON B.auction % 10000 = S.key",
     "q14": "SELECT auction, bidder, CAST(0.908 * price AS DECIMAL(23, 3)), CASE WHEN hour(dateTime) >= 8 AND "
     "hour(dateTime) <= 18 THEN 'dayTime' WHEN hour(dateTime) <= 6 OR hour(dateTime) >= 20 THEN 'nightTime' "
     "ELSE 'otherTime' END, dateTime, extra, length(extra) - length(replace(extra, 'c', '')) FROM bid "
@@ -124,8 +126,9 @@ REFERENCES = {
 
 JAVA_COUNT_CHAR = "CREATE FUNCTION count_char AS 'com.github.nexmark.flink.udf.CountChar';"
 PYTHON_COUNT_CHAR = "CREATE FUNCTION count_char AS 'tests.udfs.count_char' LANGUAGE PYTHON;"  # q14's, in Python
-# insert-only, a join, aggregates of a join, retracting aggregates, Top-N of a join, deduplication, Top-N numbered
-STREAMED = ("q1", "q3", "q4", "q17", "q20", "q9", "q18", "q19")
+# insert-only, a join, aggregates of a join, retracting aggregates, Top-N of a join, deduplication, Top-N numbered,
+# a lookup join
+STREAMED = ("q1", "q3", "q4", "q17", "q20", "q9", "q18", "q19", "q13")
 # Top-N queries whose order has ties in these events: which of the tied rows is kept is not fixed (in Flink
 # neither), so they are compared by these columns, and each row kept must be one of the query's input rows.
 TIES = {"q19": ("SELECT * FROM bid", ["auction", "price", "rank_number"])}
@@ -135,6 +138,7 @@ TIES = {"q19": ("SELECT * FROM bid", ["auction", "price", "rank_number"])}
 def nexmark_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every supported query in one bounded job over the same events, which it also writes."""
     out = tmp_path_factory.mktemp("nexmark")
+    nexmark_sql.side_input(out / "side_input")
     script = nexmark_sql.source(EVENTS, RATE) + EVENTS_SINK.format(path=out / "events")
     script += "".join(nexmark_sql.query(name, out) for name in nexmark_sql.RUNNABLE)
     script += nexmark_sql.query("q14", out).replace(JAVA_COUNT_CHAR, PYTHON_COUNT_CHAR)
@@ -168,6 +172,7 @@ def test_streamed_queries_survive_a_kill_and_a_restart_at_another_parallelism(
     killed with SIGKILL after its first commit, restarted at parallelism 3; each query's
     current table equals DuckDB's answer, as the bounded job's does."""
     out = tmp_path / "out"
+    nexmark_sql.side_input(out / "side_input")
     script = nexmark_sql.source(EVENTS, RATE).replace(
         "'connector' = 'nexmark',", "'connector' = 'nexmark', 'rate.limited' = 'true', 'scan.rows-per-batch' = '10000',"
     )
@@ -256,6 +261,8 @@ def _duckdb(run: Path, name: str, query: str | None = None) -> pa.Table:
     """Query ``name`` (or ``query``) as DuckDB computes it over the events ``run`` wrote."""
     con = duckdb.connect()
     con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{run / 'events'}/*.parquet')")
+    con.execute(f"CREATE VIEW side_input AS SELECT * FROM read_csv('{run / 'side_input'}/*.csv', header = true, "
+                "columns = {'key': 'BIGINT', 'value': 'VARCHAR'})")  # fmt: skip
     for statement in VIEWS.split(";"):
         if statement.strip():
             con.execute(statement)

@@ -216,10 +216,14 @@ def plan(script: str, **config: object) -> Pipeline:
         ),
         (
             CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(TUMBLE(TABLE "
-            "clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '-1' MINUTE)) GROUP BY user_id, window_start, "
+            "clicks, DESCRIPTOR(ts), INTERVAL '0' MINUTE)) GROUP BY user_id, window_start, window_end;",
+            r"TUMBLE\(…\) at line 3, column \d+: INTERVAL '0' MINUTE is empty; windows need a length above zero",
+        ),
+        (
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(HOP(TABLE "
+            "clicks, DESCRIPTOR(ts), INTERVAL -'1' MINUTE, INTERVAL '5' MINUTE)) GROUP BY user_id, window_start, "
             "window_end;",
-            r"TUMBLE\(…\) at line 3, column \d+: the offset INTERVAL '-1' MINUTE must be shorter than INTERVAL '1' "
-            r"MINUTE, the time between window starts",
+            r"the HOP size at line 3, column \d+ is INTERVAL -'1' MINUTE, a negative interval; write a positive one",
         ),
         (
             CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(SESSION(TABLE "
@@ -241,10 +245,6 @@ def plan(script: str, **config: object) -> Pipeline:
             CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT c.user_id, SUM(c.amount) OVER (PARTITION BY "
             "c.user_id ORDER BY c.ts) FROM clicks c;",
             r"OVER at line 3, column \d+ is not supported in keyflow SQL yet \(an OVER aggregation",
-        ),
-        (
-            "CREATE TABLE t (a INT, p AS PROCTIME()) WITH ('connector' = 'blackhole');",
-            r"table 't': column 'p' AS PROCTIME\(\) \(line 1, column \d+\) is not supported yet",
         ),
         (
             "CREATE TABLE t (a INT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - 5) WITH ('connector' = 'blackhole');",
@@ -314,7 +314,8 @@ def plan(script: str, **config: object) -> Pipeline:
         (
             CLICKS + ORDERS.format(extra="") + "SELECT c.user_id FROM clicks c JOIN orders FOR SYSTEM_TIME AS OF "
             "c.ts AS o ON c.user_id = o.user_id;",
-            r"FOR SYSTEM_TIME AS OF at line 3, column \d+ \(a temporal join\) is not supported yet",
+            r"FOR SYSTEM_TIME AS OF c.ts at line 3, column \d+: keyflow joins a table as of processing time, AS OF a "
+            r"PROCTIME\(\) column of the stream",
         ),
         (
             ORDERS.format(extra="") + "SELECT user_id, nothing FROM orders;",

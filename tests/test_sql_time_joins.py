@@ -1,7 +1,8 @@
-"""SQL joins by event time: a condition that bounds one table's event time by the other's runs
-as Flink's interval join (its bounds read as Flink's ``IntervalJoinUtil`` reads them), a join
-of two window table functions on their windows as Flink's window join; the answers, bounded
-and streamed over micro-batches, equal DuckDB's over the same files."""
+"""SQL joins by time: a condition that bounds one table's event time by the other's runs as
+Flink's interval join (its bounds read as Flink's ``IntervalJoinUtil`` reads them), a join of
+two window table functions on their windows as Flink's window join, a join FOR SYSTEM_TIME
+AS OF a PROCTIME() column as Flink's lookup join; the answers, bounded and streamed over
+micro-batches, equal DuckDB's over the same files."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from keyflow import Pipeline
 from keyflow.changelog import current
 from keyflow.plan.event_time import tumbling
-from keyflow.plan.nodes import IntervalJoinNode, JoinNode, WindowJoinNode
+from keyflow.plan.nodes import IntervalJoinNode, JoinNode, LookupJoinNode, WindowJoinNode
 from keyflow.sql.errors import SqlError
 from tests.pipelines import TEST_SPARK
 from tests.streams import read_output
@@ -267,3 +268,171 @@ def test_streamed_window_join_over_micro_batches_equals_duckdb(tmp_path: Path) -
     result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
     assert len(result.batches) == 3
     same_rows(read_output(tmp_path / "windowed"), duckdb_window_join(clicks, buys, "JOIN"))
+
+
+USERS = (
+    "CREATE TABLE users (uid STRING, tier STRING) WITH ('connector' = 'filesystem', 'path' = '{path}', "
+    "'format' = 'csv');\n"
+)
+PROC_CLICKS = (
+    "CREATE TABLE pclicks (user_id STRING, page STRING, ts TIMESTAMP(3), proc AS PROCTIME(), WATERMARK FOR ts AS "
+    "ts - INTERVAL '5' SECOND) WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'parquet'{watch});\n"
+)
+LOOKUP = (
+    "SELECT c.user_id, c.page, u.tier FROM pclicks c {how} users FOR SYSTEM_TIME AS OF c.proc AS u ON c.user_id = u.uid"
+)
+
+
+def lookup_plan(query: str, watch: str = "") -> Pipeline:
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    pipeline.sql(
+        PROC_CLICKS.format(path="/tmp/c", watch=watch) + USERS.format(path="/tmp/u") + "CREATE TABLE enriched "
+        f"(user_id STRING, page STRING, tier STRING) WITH ('connector' = 'blackhole');\nINSERT INTO enriched {query};"
+    )
+    return pipeline
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            LOOKUP.format(how="RIGHT JOIN"),
+            r"RIGHT JOIN … FOR SYSTEM_TIME AS OF at line 4, column \d+: a lookup join is INNER or LEFT",
+        ),
+        (
+            LOOKUP.format(how="JOIN").replace("AS OF c.proc", "AS OF c.ts"),
+            r"FOR SYSTEM_TIME AS OF c.ts at line 4, column \d+: keyflow joins a table as of processing time, AS OF a "
+            r"PROCTIME\(\) column of the stream \(Flink's lookup join\); an event-time temporal join",
+        ),
+        (
+            "SELECT uid, tier, tier FROM users FOR SYSTEM_TIME AS OF PROCTIME()",
+            r"FOR SYSTEM_TIME AS OF at line 4, column \d+ is for the table a JOIN looks up",
+        ),
+        (
+            "SELECT user_id, page, CAST(COUNT(*) AS STRING) FROM TABLE(TUMBLE(TABLE pclicks, DESCRIPTOR(proc), "
+            "INTERVAL '1' MINUTE)) GROUP BY user_id, page, window_start, window_end",
+            r"TUMBLE\(TABLE pclicks, DESCRIPTOR\(proc\), …\) at line 4, column \d+: proc is a PROCTIME\(\) column, "
+            r"and processing-time windows are not supported",
+        ),
+    ],
+)
+def test_temporal_join_mistakes(query: str, message: str) -> None:
+    with pytest.raises(SqlError, match=message):
+        lookup_plan(query)
+
+
+def test_a_join_as_of_processing_time_is_a_lookup_join() -> None:
+    """A PROCTIME() column of the DDL (or of a derived table, as Nexmark q13) passes through a
+    projection; the join reads the table as it is at each micro-batch."""
+    for query in (
+        LOOKUP.format(how="LEFT JOIN"),
+        LOOKUP.format(how="JOIN").replace("FROM pclicks c", "FROM (SELECT user_id, page, proc FROM pclicks) c"),
+        LOOKUP.format(how="JOIN").replace("FROM pclicks c", "FROM (SELECT user_id, page, PROCTIME() AS p FROM "
+                                          "pclicks) c").replace("AS OF c.proc", "AS OF c.p"),
+    ):  # fmt: skip
+        (join,) = [n for n in lookup_plan(query).operators.values() if isinstance(n, LookupJoinNode)]
+        assert join.how in ("inner", "left")
+
+
+@pytest.mark.jvm
+def test_a_lookup_join_over_micro_batches_equals_duckdb(tmp_path: Path) -> None:
+    """Clicks streamed in three micro-batches, each enriched with the users' tiers (a CSV table
+    read whole at each micro-batch); a LEFT lookup join keeps clicks of unknown users."""
+    clicks, _ = inputs(tmp_path, files=3)
+    users = tmp_path / "users"
+    users.mkdir()
+    pd.DataFrame({"uid": [f"u{n}" for n in range(0, 40, 3)], "tier": [f"t{n % 4}" for n in range(0, 40, 3)]}).to_csv(
+        users / "part-0.csv", index=False
+    )
+    config = {**TEST_SPARK, "execution.checkpointing.interval": "0 s"}
+    pipeline = Pipeline(parallelism=2, config=config)
+    watch = ", 'source.watch' = 'true', 'source.max-files-per-batch' = '1'"
+    pipeline.sql(
+        PROC_CLICKS.format(path=clicks, watch=watch) + USERS.format(path=users) + "CREATE TABLE enriched (user_id "
+        f"STRING, page STRING, tier STRING) WITH ('connector' = 'filesystem', 'path' = '{tmp_path / 'enriched'}', "
+        f"'format' = 'parquet');\nINSERT INTO enriched {LOOKUP.format(how='LEFT JOIN')};"
+    )
+    result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert len(result.batches) == 3
+    expected = duckdb.sql(
+        f"SELECT c.user_id, c.page, u.tier FROM '{clicks}/*.parquet' c LEFT JOIN read_csv('{users}/*.csv', header = "
+        "true) u ON c.user_id = u.uid"
+    ).df()
+    got = read_output(tmp_path / "enriched")
+    assert got["tier"].isna().any()  # clicks of users the table does not have
+    assert got["tier"].notna().any()
+    same_rows(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("condition", "between"),
+    [
+        ("b.bt BETWEEN c.ts + INTERVAL -'10' SECOND AND c.ts + INTERVAL '20' SECOND", (-10 * SECOND, 20 * SECOND)),
+        ("b.bt BETWEEN c.ts + INTERVAL '-10' SECOND AND c.ts - INTERVAL '-20' SECOND", (-10 * SECOND, 20 * SECOND)),
+        ("c.ts = b.bt", (0, 0)),  # one equality of the times: Flink's interval join, not a key
+        ("c.ts = b.bt + INTERVAL '1' SECOND", (-SECOND, -SECOND)),
+    ],
+)
+def test_negative_intervals_and_time_equalities_bound_an_interval_join(
+    condition: str, between: tuple[int, int]
+) -> None:
+    (join,) = joins(condition)
+    assert isinstance(join, IntervalJoinNode)
+    assert (join.lower, join.upper) == between
+    assert len(join.keys) == 1  # the user id only
+
+
+def test_empty_time_bounds_are_an_error() -> None:
+    with pytest.raises(SqlError, match=r"JOIN at line 8, column \d+: its time condition keeps no pair \(right time - "
+                                       r"left time from 60000000 to 0 us\); swap the bounds"):  # fmt: skip
+        joins("b.bt BETWEEN c.ts + INTERVAL '1' MINUTE AND c.ts")
+
+
+def test_a_time_condition_of_a_window_join_filters_its_pairs() -> None:
+    """After a window table function the times are plain columns (as in Flink): a condition on
+    them filters the window join's pairs (an outer window join takes none)."""
+    extra = " AND R.bt BETWEEN L.ts AND L.ts + INTERVAL '10' SECOND"
+    pipeline = planned(WINDOW_JOIN.format(how="JOIN") + extra)
+    assert any(isinstance(n, WindowJoinNode) for n in pipeline.operators.values())
+    assert "condition=bt BETWEEN ts AND ts + INTERVAL '10' SECOND" in pipeline.plan().render()
+    with pytest.raises(SqlError, match=r"FULL JOIN at line 9, column \d+: the condition R.bt BETWEEN"):
+        planned(WINDOW_JOIN.format(how="FULL JOIN") + extra)
+
+
+WINDOWED_VIEWS = (
+    "CREATE VIEW lv AS SELECT user_id, page, window_start, window_end FROM TABLE(TUMBLE(TABLE clicks, "
+    "DESCRIPTOR(ts), INTERVAL '1' MINUTE));\n"
+    "CREATE VIEW rv AS SELECT uid AS user_id, price, window_start, window_end FROM TABLE(TUMBLE(TABLE buys, "
+    "DESCRIPTOR(bt), INTERVAL '1' MINUTE));\n"
+)
+VIEWS_JOIN = (
+    "SELECT L.user_id, L.page, CAST(NULL AS TIMESTAMP(3)), R.price, CAST(NULL AS TIMESTAMP(3)), L.window_start, "
+    "L.window_end FROM lv L JOIN rv R ON L.user_id = R.user_id AND L.window_start = R.window_start AND "
+    "L.window_end = R.window_end"
+)
+
+
+def test_windowed_views_and_derived_tables_without_their_time_column_window_join() -> None:
+    views, query = WINDOWED_VIEWS, VIEWS_JOIN
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    script = TABLES.format(clicks="/tmp/c", buys="/tmp/b", watch="", sink="blackhole", out="")
+    pipeline.sql(script + views + WINDOW_SINK.format(path="/tmp/w") + f"INSERT INTO windowed {query};")
+    (join,) = [n for n in pipeline.operators.values() if isinstance(n, JoinNode)]
+    assert isinstance(join, WindowJoinNode)
+    assert join.time_columns[0] != join.time_columns[1]  # hidden, one name per table
+    with pytest.raises(SqlError, match=r"TUMBLE\(…\) at line 8, column \d+ is read without GROUP BY window_start"):
+        Pipeline(parallelism=2, config=TEST_SPARK).sql(
+            script + views + WINDOW_SINK.format(path="/tmp/w") + "INSERT INTO windowed SELECT user_id, page, "
+            "CAST(NULL AS TIMESTAMP(3)), 1.0, CAST(NULL AS TIMESTAMP(3)), window_start, window_end FROM lv;"
+        )
+
+
+@pytest.mark.jvm
+def test_a_window_join_of_views_that_drop_the_time_column_equals_duckdb(tmp_path: Path) -> None:
+    clicks, buys = inputs(tmp_path, files=1)
+    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "spark.sql.session.timeZone": "UTC"})
+    pipeline.sql(TABLES.format(clicks=clicks, buys=buys, watch="", sink="blackhole", out="") + WINDOWED_VIEWS
+                 + WINDOW_SINK.format(path=tmp_path / "windowed") + f"INSERT INTO windowed {VIEWS_JOIN};")  # fmt: skip
+    pipeline.run()
+    expected = duckdb_window_join(clicks, buys, "JOIN").assign(ts=pd.NaT, bt=pd.NaT)
+    same_rows(read_output(tmp_path / "windowed"), expected)

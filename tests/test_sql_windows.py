@@ -159,3 +159,23 @@ def test_cumulating_windows_stream_over_micro_batches(tmp_path: Path) -> None:
     ranked = read_output(tmp_path / "out" / "top_users")
     assert "op" not in ranked.columns  # insert-only: each window ranked once, when it ends
     assert_windows(ranked, top_users(expected(clicks, ("tumble", 10, 10, 0), before=watermark)), at_least=9)
+
+
+@pytest.mark.parametrize(
+    ("offset", "micros"),
+    [("INTERVAL -'8' HOUR", 16 * 60 * MINUTE), ("INTERVAL '-16' MINUTE", (24 * 60 - 16) * MINUTE),
+     ("INTERVAL '25' HOUR", 60 * MINUTE)],
+)  # fmt: skip
+def test_window_offsets_as_flink_reads_them(offset: str, micros: int) -> None:
+    """Any offset, negative ones written either way, counts modulo the period (Flink's window
+    offsets: -16 min on 10 min windows is the same as +4 min)."""
+    from keyflow.plan.nodes import WindowAggregateNode
+
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    pipeline.sql(
+        script(Path("/tmp/clicks"), Path("/tmp/out"), "", ["tumble_offset"]).replace(
+            "INTERVAL '10' MINUTE, INTERVAL '3' MINUTE", f"INTERVAL '1' DAY, {offset}"
+        )
+    )
+    (window,) = [n for n in pipeline.operators.values() if isinstance(n, WindowAggregateNode)]
+    assert window.windowing.assigner.offset == micros

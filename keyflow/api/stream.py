@@ -312,7 +312,8 @@ class KeyedStream:
         """Each key's first ``n`` rows by ``order_by`` (``"price DESC"``, ``"order_id"``;
         ascending puts nulls first, descending last): Flink's Top-N, SQL's ``ROW_NUMBER() …
         WHERE rn <= n``. ``row_number``: a column numbering the rows 1..n. Over an unbounded
-        source the output is a changelog: a row pushed out of its key's top is retracted."""
+        source the output is a changelog (a row pushed out of its key's top is retracted),
+        except keyed by a window aggregate's windows: each ranked once, when it ends."""
         order = [_ordering(item, name) for item in order_by]
         stream = self._stream
         node_id = stream._builder.rank(stream.node_id, self._keying, order, n, row_number, name=name)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from keyflow.errors import PlanError
 from keyflow.plan.builder import PlanBuilder
+from keyflow.sql.dialect import WindowTableFunction
 from keyflow.sql.statements import CreateTable, CreateView
 
 _catalogs: weakref.WeakKeyDictionary[PlanBuilder, Catalog] = weakref.WeakKeyDictionary()
@@ -26,6 +27,8 @@ class Catalog:
     read: dict[str, int] = field(default_factory=dict)  # table or SQL view -> node id of its rows
     columns: dict[str, list[str] | None] = field(default_factory=dict)  # table or SQL view -> its columns
     written: set[str] = field(default_factory=set)
+    windowed: dict[int, WindowTableFunction] = field(default_factory=dict)  # rows whose windows a reader makes
+    proctime: dict[int, set[str]] = field(default_factory=dict)  # node -> its PROCTIME() columns
 
     def __contains__(self, name: object) -> bool:
         """Whether a table or a view is named ``name``."""

@@ -77,6 +77,7 @@ def _to_timestamp_ltz(node: exp.Anonymous) -> exp.Expr:
 
 
 _BY_NAME: dict[str, Callable[[Any], exp.Expr]] = {
+    "PROCTIME": lambda node: _call("current_timestamp"),  # a micro-batch's processing time
     "SPLIT_INDEX": _split_index,
     "TO_TIMESTAMP_LTZ": _to_timestamp_ltz,
 }

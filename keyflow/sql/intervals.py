@@ -70,7 +70,7 @@ def interval_bounds(
 
 def _comparisons(conjunct: exp.Expr) -> list[exp.Expr]:
     """The comparisons a conjunct stands for (``x BETWEEN a AND b`` is ``x >= a`` and ``x <= b``)."""
-    if isinstance(conjunct, exp.Between):
+    if isinstance(conjunct, exp.Between) and not conjunct.args.get("symmetric"):
         value, low, high = conjunct.this, conjunct.args["low"], conjunct.args["high"]
         return [exp.GTE(this=value.copy(), expression=low.copy()), exp.LTE(this=value.copy(), expression=high.copy())]
     return [conjunct] if isinstance(conjunct, _COMPARISONS) else []
@@ -96,9 +96,9 @@ def _offset(tree: exp.Expr, side_of: Callable[[exp.Column], int | None]) -> tupl
         return None if side is None else (side, 0)
     if isinstance(tree, (exp.Add, exp.Sub)):
         sign = 1 if isinstance(tree, exp.Add) else -1
-        if isinstance(tree.expression, exp.Interval):
+        if _is_interval(tree.expression):
             time, interval = _offset(tree.this, side_of), _micros(tree.expression)
-        elif isinstance(tree.this, exp.Interval) and sign == 1:
+        elif _is_interval(tree.this) and sign == 1:
             time, interval = _offset(tree.expression, side_of), _micros(tree.this)
         else:
             return None
@@ -106,8 +106,18 @@ def _offset(tree: exp.Expr, side_of: Callable[[exp.Column], int | None]) -> tupl
     return None
 
 
-def _micros(interval: exp.Interval) -> int | None:
+def _is_interval(tree: exp.Expr) -> bool:
+    return isinstance(tree, exp.Interval) or (isinstance(tree, exp.Neg) and isinstance(tree.this, exp.Interval))
+
+
+def _micros(interval: exp.Expression) -> int | None:
     try:
-        return interval_micros(interval, "an interval join's bound")
+        return interval_micros(interval, "an interval join's bound", signed=True)
     except SqlError:
         return None  # an interval keyflow cannot measure (months): a plain condition of a regular join
+
+
+def is_time_equality(conjunct: exp.Expr, side_of: Callable[[exp.Column], int | None]) -> bool:
+    """Whether ``conjunct`` equates the two tables' event times (``a.ts = b.ts + INTERVAL …``):
+    an interval join's bound, not a key (Flink reads the whole condition for its bounds)."""
+    return isinstance(conjunct, exp.EQ) and _bound(conjunct, side_of) is not None

@@ -18,6 +18,7 @@ from sqlglot import exp
 from keyflow.changelog import OP
 from keyflow.config import MAX_PARALLELISM
 from keyflow.connectors.base import changelog_mode
+from keyflow.errors import PlanError
 from keyflow.plan import nodes
 from keyflow.plan.builder import PlanBuilder
 from keyflow.plan.columns import event_time_at
@@ -26,10 +27,10 @@ from keyflow.sql.catalog import Catalog
 from keyflow.sql.dialect import GROUP_WINDOWS, WINDOW_FUNCTIONS, WindowTableFunction
 from keyflow.sql.errors import SqlError, position
 from keyflow.sql.functions import spark_sql
-from keyflow.sql.intervals import interval_bounds
+from keyflow.sql.intervals import interval_bounds, is_time_equality
 from keyflow.sql.options import parallelism_option
 from keyflow.sql.scope import Relation, Side, belongs, expand_star, own_nodes, resolve, resolve_trees
-from keyflow.sql.statements import DIALECT, interval_micros
+from keyflow.sql.statements import DIALECT, interval_micros, is_proctime
 from keyflow.sql.tables import quoted, source_of
 from keyflow.sql.top_n import TopN, top_n_of
 
@@ -56,13 +57,12 @@ class QueryPlanner:
         self.builder, self.catalog = builder, catalog
         self._joins = 0
         self._planning: set[str] = set()  # views being planned: one that reads itself is an error
-        self._windows: dict[int, WindowTableFunction] = {}  # nodes of windowed rows not aggregated yet
 
     def plan(self, query: exp.Select, into: str) -> tuple[int, list[str]]:
         """A statement's query: :meth:`select`, whose rows must be whole (not windowed rows
         waiting for the window join or aggregation that reads them)."""
         node_id, names = self.select(query, into)
-        function = self._windows.get(node_id)
+        function = self.catalog.windowed.get(node_id)
         if function is not None:
             raise SqlError(
                 f"{function.kind}(…) at {position(function)} is read without GROUP BY window_start, window_end or a "
@@ -138,12 +138,12 @@ class QueryPlanner:
             node_id, names = self.select(item.this, into, ranked)
             return Relation.of(node_id, names, {alias})
         if isinstance(item, exp.Table) and item.args.get("version") is not None:
-            raise SqlError(f"FOR SYSTEM_TIME AS OF at {position(item)} (a temporal join) is not supported yet; join "
-                           "the table's current rows with a regular join")  # fmt: skip
+            raise SqlError(f"FOR SYSTEM_TIME AS OF at {position(item)} is for the table a JOIN looks up (a temporal "
+                           "join): FROM stream s JOIN table FOR SYSTEM_TIME AS OF s.proc_time AS t ON …")  # fmt: skip
         if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):
             node_id, names = self.select(item.this, into)
             relation = Relation.of(node_id, names, {alias})
-            relation.window = self._windows.get(node_id)
+            relation.window = self.catalog.windowed.get(node_id)
             return relation
         if isinstance(item, exp.Table) and isinstance(item.this, exp.Anonymous) and item.this.name.upper() == "TABLE":
             function = item.this.expressions[0] if item.this.expressions else None
@@ -153,7 +153,9 @@ class QueryPlanner:
             return self._windowed(function, alias, into)
         if isinstance(item, exp.Table) and item.name and not item.args.get("db"):
             node_id, columns = self.read(item.name)
-            return Relation.of(node_id, columns, {item.name, alias})
+            relation = Relation.of(node_id, columns, {item.name, alias})
+            relation.window = self.catalog.windowed.get(node_id)
+            return relation
         raise SqlError(f"FROM {item.sql(dialect=DIALECT)} at {position(item)} is not supported; read a table, a view "
                        "or (SELECT …)")  # fmt: skip
 
@@ -206,6 +208,8 @@ class QueryPlanner:
                          f"{quoted(c.name)}" for c in table.columns]  # fmt: skip
                 casts += [quoted(name) for name, _ in table.computed]
                 node_id = builder.select(node_id, casts, name=f"{name} types", parallelism=parallelism)
+            if table.proctime:
+                catalog.proctime[node_id] = {column.lower() for column in table.proctime}
             catalog.read[name], catalog.columns[name] = node_id, table.readable_names
         return catalog.read[name], catalog.columns[name]
 
@@ -213,7 +217,8 @@ class QueryPlanner:
         """A regular join (inner or outer) of ``left`` and the table ``join`` reads, on the
         equalities of its condition between a column of each; for an inner join the rest of
         the condition filters the joined rows."""
-        right = self.relation(join.this, into, query)
+        version = join.this.args.get("version") if isinstance(join.this, exp.Table) else None
+        right = self.relation(join.this if version is None else _unversioned(join.this), into, query)
         for side, relation in (("left", left), ("right", right)):
             if self.builder.is_changelog(relation.node):
                 raise SqlError(
@@ -229,24 +234,36 @@ class QueryPlanner:
         if how is None or join.args.get("using") or join.kind.upper() in ("SEMI", "ANTI"):
             raise SqlError(f"{join.side} {join.kind} JOIN at {position(join)} is not supported; keyflow joins with "
                            "[INNER | LEFT | RIGHT | FULL [OUTER]] JOIN … ON")  # fmt: skip
+        if version is not None:
+            self._check_temporal(version, left, how)
         condition = join.args.get("on")
         comma = condition is None
         if comma:  # FROM a, b WHERE a.x = b.y: the WHERE's equalities join them (and still filter)
             where = query.args.get("where")
             condition = where.this.copy() if where is not None else None
-        pairs, rest = _equalities(condition, left, right)
+        time_side = self._event_time_side((left, left.node), (right, right.node))
+        timed = version is None and left.window is None  # whether time conditions may bound the join
+        pairs, rest = _equalities(condition, left, right, lambda c: timed and is_time_equality(c, time_side))
         windows = None
         if left.window is not None and right.window is not None:
             windows, pairs = _window_join_windows(join, left.window, right.window, pairs)
             left, right = _without_windows(left), _without_windows(right)
         if not pairs:
-            raise SqlError(f"JOIN at {position(join)} needs an equality between a column of each table, e.g. ON "
-                           "a.id = b.id (keyflow runs equi-joins; a cross join is not supported)")  # fmt: skip
+            besides = " besides the windows" if windows is not None else ""
+            raise SqlError(f"JOIN at {position(join)} needs an equality between a column of each table{besides}, e.g. "
+                           "ON a.id = b.id (keyflow runs keyed joins; a cross join is not supported)")  # fmt: skip
         self._joins += 1
         keys = [(f"__join{self._joins}_left{i}", f"__join{self._joins}_right{i}") for i in range(len(pairs))]
         left_node = self._with_keys(left, [(k, e) for (k, _), (e, _) in zip(keys, pairs, strict=True)])
         right, right_node = self._renamed(right, left, [(k, e) for (_, k), (_, e) in zip(keys, pairs, strict=True)])
-        between, rest = interval_bounds(rest, self._event_time_side((left, left_node), (right, right_node)))
+        between, rest = (
+            (None, rest)
+            if not timed
+            else interval_bounds(rest, self._event_time_side((left, left_node), (right, right_node)))
+        )
+        if between is not None and between[0] > between[1]:
+            raise SqlError(f"JOIN at {position(join)}: its time condition keeps no pair (right time - left time from "
+                           f"{between[0]} to {between[1]} us); swap the bounds")  # fmt: skip
         if rest and how != "inner" and not comma:
             shown = " AND ".join(r.sql(dialect=DIALECT) for r in rest)
             raise SqlError(
@@ -254,7 +271,13 @@ class QueryPlanner:
                 "tables nor a bound of one's event time by the other's; an outer join takes those only (filter in "
                 "a subquery first)"
             )
-        if windows is not None:  # Flink's window join: a window's rows leave the state when it ends
+        if version is not None:  # Flink's lookup join: the table read whole, its rows never in state
+            label = f"lookup join {self._joins} ({into})"
+            try:
+                node_id = self.builder.lookup_join((left_node, right_node), keys, how, label)
+            except PlanError as error:
+                raise SqlError(f"JOIN … FOR SYSTEM_TIME AS OF at {position(version)}: {error}") from None
+        elif windows is not None:  # Flink's window join: a window's rows leave the state when it ends
             label = f"window join {self._joins} ({into})"
             node_id = self.builder.window_join((left_node, right_node), keys, windows, how, label, None)
         elif between is not None:  # Flink's interval join: the watermark clears the rows that can match no more
@@ -272,6 +295,31 @@ class QueryPlanner:
             node_id = self.builder.filter(node_id, spark_sql(condition), name=f"{label} condition")
             joined.node = node_id
         return joined
+
+    def _check_temporal(self, version: exp.Expr, left: Relation, how: str) -> None:
+        """A temporal join keyflow runs: AS OF the left table's PROCTIME() column (Flink's lookup
+        join against a table read whole), INNER or LEFT."""
+        moment = version.expression
+        proctime = self._proctime_columns(left.node)
+        resolved = moment.copy()
+        if isinstance(moment, exp.Column) and belongs(moment, left):
+            resolve_trees([resolved], left)
+        if not (isinstance(resolved, exp.Column) and resolved.name.lower() in proctime):
+            raise SqlError(
+                f"FOR SYSTEM_TIME AS OF {moment.sql(dialect=DIALECT)} at {position(version)}: keyflow joins a table as "
+                "of processing time, AS OF a PROCTIME() column of the stream (Flink's lookup join); an event-time "
+                "temporal join (AS OF an event-time column, against a versioned table) is not supported yet"
+            )
+        if how not in nodes.LOOKUP_JOIN_TYPES:
+            raise SqlError(f"{how.upper()} JOIN … FOR SYSTEM_TIME AS OF at {position(version)}: a lookup join is "
+                           "INNER or LEFT (the table's rows are not a stream)")  # fmt: skip
+
+    def _proctime_columns(self, node_id: int) -> set[str]:
+        """The PROCTIME() columns (lower case) of ``node_id``'s rows, through filters and added columns."""
+        node = self.builder.node(node_id)
+        while node.id not in self.catalog.proctime and isinstance(node, (nodes.FilterNode, nodes.WithColumnsNode)):
+            node = self.builder.node(node.inputs[0])
+        return self.catalog.proctime.get(node.id, set())
 
     def _event_time_side(
         self, left: tuple[Relation, int], right: tuple[Relation, int]
@@ -317,7 +365,12 @@ class QueryPlanner:
                 taken.add(renames[name].lower())
         if not renames:
             return right, node_id
+        time = event_time_at(self.builder.operators, node_id)
+        hidden = (
+            [quoted(time)] if time and time.startswith("__") and time not in right.columns else []
+        )  # windowed rows'
         keep = [f"{quoted(n)} AS {quoted(renames.get(n, n))}" for n in right.columns] + [quoted(k) for k, _ in keys]
+        keep += hidden
         node_id = self.builder.select(node_id, keep, name="rename")
         sides = [
             Side(side.aliases, None if side.names is None else {w: renames.get(n, n) for w, n in side.names.items()})
@@ -330,6 +383,12 @@ class QueryPlanner:
         table = function.args["table"]
         node_id, columns = self.read(table.name)
         time = function.args["time"].name
+        if time.lower() in self._proctime_columns(node_id):
+            raise SqlError(
+                f"{function.kind}(TABLE {table.name}, DESCRIPTOR({time}), …) at {position(function)}: {time} is a "
+                "PROCTIME() column, and processing-time windows are not supported; keyflow windows by event time, "
+                "the column a WATERMARK is declared on"
+            )
         event_time = event_time_at(self.builder.operators, node_id)
         if event_time is None or event_time.lower() != time.lower():
             declared = f"its event time is {event_time!r}" if event_time else "it has no WATERMARK"
@@ -362,10 +421,10 @@ class QueryPlanner:
                                "that reads these rows; compute it in that outer query")  # fmt: skip
             columns.append(f"{spark_sql(tree)} AS {quoted(name)}")
             keeps_time = keeps_time or (isinstance(tree, exp.Column) and tree.name.lower() == str(time).lower())
-        if not keeps_time:
-            columns.append(f"{quoted(str(time))} AS `__window_time`")
+        if not keeps_time:  # hidden (SELECT * skips it), one name per table: two joined never clash
+            columns.append(f"{quoted(str(time))} AS `__window_time{len(self.catalog.windowed)}`")
         node_id = self.builder.select(node_id, columns, name=f"select ({into})")
-        self._windows[node_id] = function
+        self.catalog.windowed[node_id] = function
         return node_id
 
     # -- aggregates ------------------------------------------------------------------------
@@ -509,9 +568,19 @@ class QueryPlanner:
         return node_id, [n for i, n in enumerate(names) if i != at or top_n.numbered]
 
     def _project(self, node_id: int, expressions: list[exp.Expr], names: list[str], into: str) -> int:
-        """The select list, named ``names``; a changelog keeps its row kinds."""
+        """The select list, named ``names``; a changelog keeps its row kinds, and a PROCTIME()
+        column (made here, or passed on) stays one."""
         projected = [f"{spark_sql(e.unalias())} AS {quoted(n)}" for e, n in zip(expressions, names, strict=True)]
-        return self.builder.select(node_id, [*projected, *row_kind(self.builder, node_id)], name=f"select ({into})")
+        upstream = self._proctime_columns(node_id)
+        proctime = {
+            name.lower() for expression, name in zip(expressions, names, strict=True)
+            if is_proctime(tree := expression.unalias()) or (isinstance(tree, exp.Column) and not tree.table
+                                                            and tree.name.lower() in upstream)
+        }  # fmt: skip
+        node_id = self.builder.select(node_id, [*projected, *row_kind(self.builder, node_id)], name=f"select ({into})")
+        if proctime:
+            self.catalog.proctime[node_id] = proctime
+        return node_id
 
 
 def row_kind(builder: PlanBuilder, node_id: int) -> list[str]:
@@ -535,15 +604,15 @@ def _assigner(function: WindowTableFunction) -> WindowAssigner:
         )
     micros = [interval_micros(size, f"the {function.kind} size") for size in intervals[:wanted]]
     shown = [interval.sql(dialect=DIALECT) for interval in intervals]
+    if 0 in micros:
+        raise SqlError(f"{function.kind}(…) at {position(function)}: {shown[micros.index(0)]} is empty; windows need "
+                       "a length above zero")  # fmt: skip
     if function.kind == "CUMULATE" and micros[1] % micros[0]:
         raise SqlError(f"CUMULATE(…) at {position(function)}: its size {shown[1]} must be a whole number of its step "
                        f"{shown[0]}, as in Flink")  # fmt: skip
-    offset = _signed_micros(intervals[wanted], f"the {function.kind} offset") if offsets else 0
-    period = 1 if function.kind == "CUMULATE" else 0  # the interval between first windows' starts
-    if abs(offset) >= micros[period]:
-        raise SqlError(f"{function.kind}(…) at {position(function)}: the offset {shown[wanted]} must be shorter than "
-                       f"{shown[period]}, the time between window starts")  # fmt: skip
-    sizes, offset_text = [f"{m} us" for m in micros], f"{'-' if offset < 0 else ''}{abs(offset)} us"
+    offset = interval_micros(intervals[wanted], f"the {function.kind} offset", signed=True) if offsets else 0
+    period = micros[1 if function.kind == "CUMULATE" else 0]  # the time between first windows' starts
+    sizes, offset_text = [f"{m} us" for m in micros], f"{offset % period} us"  # as Flink: any offset, mod the period
     if function.kind == "TUMBLE":
         return tumbling(sizes[0], offset_text)
     if function.kind == "HOP":
@@ -553,14 +622,11 @@ def _assigner(function: WindowTableFunction) -> WindowAssigner:
     return session(sizes[0])
 
 
-def _signed_micros(node: exp.Expression, what: str) -> int:
-    """An interval that may be negative (``INTERVAL '-8' HOUR``) in microseconds."""
-    text = node.this.name if isinstance(node, exp.Interval) and isinstance(node.this, exp.Literal) else ""
-    if text.startswith("-"):
-        positive = node.copy()
-        positive.set("this", exp.Literal.string(text[1:]))
-        return -interval_micros(positive, what)
-    return interval_micros(node, what)
+def _unversioned(table: exp.Table) -> exp.Table:
+    """The table of ``JOIN t FOR SYSTEM_TIME AS OF …``, read as it is now."""
+    copy = table.copy()
+    copy.set("version", None)
+    return copy
 
 
 def _window_join_windows(
@@ -608,14 +674,14 @@ def _with_windows(joined: Relation, left_sides: int) -> Relation:
 
 
 def _equalities(
-    condition: exp.Expr | None, left: Relation, right: Relation
+    condition: exp.Expr | None, left: Relation, right: Relation, bound: Callable[[exp.Expr], bool]
 ) -> tuple[list[tuple[exp.Expr, exp.Expr]], list[exp.Expr]]:
     """The (left, right) expression pairs of ``condition``'s equalities between the two
-    relations, and its other conjuncts."""
+    relations, and its other conjuncts (with the equalities that ``bound`` the join by time)."""
     pairs: list[tuple[exp.Expr, exp.Expr]] = []
     rest: list[exp.Expr] = []
     for conjunct in condition.flatten() if isinstance(condition, exp.And) else [condition] if condition else []:
-        if isinstance(conjunct, exp.EQ):
+        if isinstance(conjunct, exp.EQ) and not bound(conjunct):
             a, b = conjunct.this, conjunct.expression
             if belongs(a, left) and belongs(b, right) and not belongs(a, right) and not belongs(b, left):
                 pairs.append((a, b))
@@ -675,11 +741,6 @@ def _refuse_in_expressions(query: exp.Select, top_n: exp.Window | None) -> None:
         for node in tree.walk():
             if isinstance(node, exp.Window) and node is not top_n:
                 raise SqlError(_window_refusal(node))
-            if isinstance(node, exp.Anonymous) and node.name.upper() == "PROCTIME":
-                raise SqlError(
-                    f"PROCTIME() at {position(node)} is not supported: keyflow's SQL runs in event time; declare a "
-                    "WATERMARK on a timestamp column and window or join by it"
-                )
             if isinstance(node, (exp.Subquery, exp.Select)):
                 raise SqlError(f"a subquery at {position(node)} is not supported in an expression; read it in "
                                "FROM (SELECT …) and join it instead")  # fmt: skip

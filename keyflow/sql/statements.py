@@ -49,6 +49,7 @@ class CreateTable:
     where: str
     computed: tuple[tuple[str, str], ...] = ()  # (name, Spark SQL expression), computed after reading
     watermark: Watermark | None = None
+    proctime: tuple[str, ...] = ()  # computed columns AS PROCTIME(): the processing time a row is read at
 
     @property
     def column_names(self) -> list[str]:
@@ -287,7 +288,9 @@ def _create_table(tree: exp.Create) -> CreateTable:
         )
     if not options.get("connector"):
         raise SqlError(f"{where} has no connector; add WITH ('connector' = 'filesystem', …) (or datagen, log, …)")
-    return CreateTable(name, tuple(columns), primary_key, options, where, tuple(computed), watermark)
+    items = tree.this.expressions
+    proctime = tuple(item.name for item in items if isinstance(item, exp.ColumnDef) and is_proctime(_computed(item)))
+    return CreateTable(name, tuple(columns), primary_key, options, where, tuple(computed), watermark, proctime)
 
 
 def _computed(item: exp.ColumnDef) -> exp.ComputedColumnConstraint | None:
@@ -299,13 +302,14 @@ def _computed(item: exp.ColumnDef) -> exp.ComputedColumnConstraint | None:
 
 def _computed_sql(item: exp.ColumnDef, where: str) -> str:
     """The Spark SQL of a computed column ``name AS expression`` (Flink's syntax)."""
-    expression = _computed(item).this  # type: ignore[union-attr]
-    if isinstance(expression, exp.Anonymous) and expression.name.upper() == "PROCTIME":
-        raise SqlError(
-            f"{where}: column {item.name!r} AS PROCTIME() ({position(item)}) is not supported yet: keyflow's SQL "
-            "has event time only; declare a WATERMARK on a timestamp column and use it instead"
-        )
-    return spark_sql(expression)
+    return spark_sql(_computed(item).this)  # type: ignore[union-attr]
+
+
+def is_proctime(expression: exp.Expr | None) -> bool:
+    """Whether ``expression`` is (or computes as) Flink's ``PROCTIME()``: a processing-time column."""
+    if isinstance(expression, exp.ComputedColumnConstraint):
+        expression = expression.this
+    return isinstance(expression, exp.Anonymous) and expression.name.upper() == "PROCTIME"
 
 
 def _watermark(item: exp.WatermarkColumnConstraint, where: str) -> Watermark:
@@ -327,15 +331,27 @@ def _watermark(item: exp.WatermarkColumnConstraint, where: str) -> Watermark:
     )
 
 
-def interval_micros(node: exp.Expression, what: str) -> int:
-    """``INTERVAL '10' SECOND`` (or ``INTERVAL '10 SECOND'``) in microseconds."""
-    if isinstance(node, exp.Interval):
-        unit = node.args.get("unit")
-        text = f"{node.this.name} {unit.name if unit is not None else ''}".strip().lower()
+def interval_micros(node: exp.Expression, what: str, signed: bool = False) -> int:
+    """``INTERVAL '10' SECOND`` (or ``INTERVAL '10 SECOND'``) in microseconds; with ``signed``
+    also a negative one, written as Calcite reads them (``INTERVAL '-10' SECOND``,
+    ``INTERVAL -'10' SECOND``, ``-INTERVAL '10' SECOND``)."""
+    sign, interval = (-1, node.this) if isinstance(node, exp.Neg) else (1, node)
+    if isinstance(interval, exp.Interval):
+        value = interval.this
+        if isinstance(value, exp.Neg):
+            sign, value = -sign, value.this
+        text, unit = value.name.strip(), interval.args.get("unit")
+        if text.startswith("-"):
+            sign, text = -sign, text[1:]
         try:
-            return duration(text, what, zero=True)
+            micros = duration(f"{text} {unit.name if unit is not None else ''}".strip().lower(), what, zero=True)
         except PlanError:
-            pass
+            micros = None
+        if micros is not None and (signed or sign > 0 or micros == 0):
+            return sign * micros
+        if micros is not None:
+            raise SqlError(f"{what} at {position(node)} is {node.sql(dialect=DIALECT)}, a negative interval; write "
+                           "a positive one")  # fmt: skip
     raise SqlError(f"{what} at {position(node)} is {node.sql(dialect=DIALECT)}; write an interval such as "
                    "INTERVAL '10' SECOND")  # fmt: skip
 
