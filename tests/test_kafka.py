@@ -224,9 +224,11 @@ def test_pre_keyed_topic_rescales_live_2_4_2_and_on_restart_with_partitions_adde
     try:
         job.process_all_available()
         job.rescale(4, reason="test")
-        parts.append(events(1_000, 120, start=1_500, seed=42))
-        produce(servers, "keyed", parts[-1], key="user", partitions=8, partition_of=placed)
-        job.process_all_available()
+        more = events(1_000, 120, start=1_500, seed=42)
+        for half in (more.iloc[:500], more.iloc[500:]):  # from the micro-batch after the next, as below
+            parts.append(half)
+            produce(servers, "keyed", half, key="user", partitions=8, partition_of=placed)
+            job.process_all_available()
         assert job.last_batch is not None
         assert job.last_batch.parallelism == 4
         kafka_broker.add_partitions("keyed", 10)

@@ -220,10 +220,16 @@ def plan(script: str, **config: object) -> Pipeline:
             r"TUMBLE\(…\) at line 3, column \d+: INTERVAL '0' MINUTE is empty; windows need a length above zero",
         ),
         (
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(CUMULATE(TABLE "
+            "clicks, DESCRIPTOR(ts), INTERVAL '0' MINUTE, INTERVAL '+5' MINUTE)) GROUP BY user_id, window_start, "
+            "window_end;",
+            r"CUMULATE\(…\) at line 3, column \d+: INTERVAL '0' MINUTE is empty; windows need a length above zero",
+        ),
+        (
             CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(HOP(TABLE "
             "clicks, DESCRIPTOR(ts), INTERVAL -'1' MINUTE, INTERVAL '5' MINUTE)) GROUP BY user_id, window_start, "
             "window_end;",
-            r"the HOP size at line 3, column \d+ is INTERVAL -'1' MINUTE, a negative interval; write a positive one",
+            r"the HOP slide at line 3, column \d+ is INTERVAL -'1' MINUTE, a negative interval; write a positive one",
         ),
         (
             CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, COUNT(*) FROM TABLE(SESSION(TABLE "
@@ -314,8 +320,7 @@ def plan(script: str, **config: object) -> Pipeline:
         (
             CLICKS + ORDERS.format(extra="") + "SELECT c.user_id FROM clicks c JOIN orders FOR SYSTEM_TIME AS OF "
             "c.ts AS o ON c.user_id = o.user_id;",
-            r"FOR SYSTEM_TIME AS OF c.ts at line 3, column \d+: keyflow joins a table as of processing time, AS OF a "
-            r"PROCTIME\(\) column of the stream",
+            r"FOR SYSTEM_TIME AS OF c.ts at line 3, column \d+: it is not a PROCTIME\(\) column of the stream here",
         ),
         (
             ORDERS.format(extra="") + "SELECT user_id, nothing FROM orders;",

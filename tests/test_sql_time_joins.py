@@ -301,12 +301,21 @@ def lookup_plan(query: str, watch: str = "") -> Pipeline:
         ),
         (
             LOOKUP.format(how="JOIN").replace("AS OF c.proc", "AS OF c.ts"),
-            r"FOR SYSTEM_TIME AS OF c.ts at line 4, column \d+: keyflow joins a table as of processing time, AS OF a "
-            r"PROCTIME\(\) column of the stream \(Flink's lookup join\); an event-time temporal join",
+            r"FOR SYSTEM_TIME AS OF c.ts at line 4, column \d+: it is not a PROCTIME\(\) column of the stream here",
         ),
         (
             "SELECT uid, tier, tier FROM users FOR SYSTEM_TIME AS OF PROCTIME()",
             r"FOR SYSTEM_TIME AS OF at line 4, column \d+ is for the table a JOIN looks up",
+        ),
+        (
+            LOOKUP.format(how="JOIN").replace("FOR SYSTEM_TIME AS OF c.proc", "FOR SYSTEM_TIME ALL"),
+            r"FOR SYSTEM_TIME ALL at line 4, column \d+ is not supported; keyflow joins a table FOR SYSTEM_TIME AS OF",
+        ),
+        (
+            "SELECT user_id, page, CAST(rn AS STRING) FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER "
+            "BY proc) AS rn FROM pclicks) WHERE rn = 1",
+            r"ROW_NUMBER\(\) OVER \(… ORDER BY proc\) at line 4, column \d+: a Top-N or deduplication by processing "
+            r"time is not supported",
         ),
         (
             "SELECT user_id, page, CAST(COUNT(*) AS STRING) FROM TABLE(TUMBLE(TABLE pclicks, DESCRIPTOR(proc), "
@@ -436,3 +445,41 @@ def test_a_window_join_of_views_that_drop_the_time_column_equals_duckdb(tmp_path
     pipeline.run()
     expected = duckdb_window_join(clicks, buys, "JOIN").assign(ts=pd.NaT, bt=pd.NaT)
     same_rows(read_output(tmp_path / "windowed"), expected)
+
+
+def test_a_proctime_column_passes_a_lookup_join_to_the_next() -> None:
+    """Flink's chained lookup joins: each AS OF the stream's PROCTIME() column."""
+    query = (
+        "SELECT c.user_id, c.page, u2.tier FROM pclicks c JOIN users FOR SYSTEM_TIME AS OF c.proc AS u ON "
+        "c.user_id = u.uid JOIN users FOR SYSTEM_TIME AS OF c.proc AS u2 ON u.tier = u2.uid"
+    )
+    assert len([n for n in lookup_plan(query).operators.values() if isinstance(n, LookupJoinNode)]) == 2
+
+
+def test_a_watermark_on_a_proctime_column_is_refused() -> None:
+    with pytest.raises(SqlError, match=r"table 'pclicks': WATERMARK FOR proc declares event time on a PROCTIME\(\) "
+                                       r"column"):  # fmt: skip
+        lookup_plan(LOOKUP.format(how="JOIN")).sql(
+            PROC_CLICKS.replace("WATERMARK FOR ts AS ts", "WATERMARK FOR proc AS proc").format(path="/x", watch="")
+        )
+
+
+def test_an_equality_of_the_times_alone_stays_a_key_as_before() -> None:
+    """With no other key there is no interval join (keyflow keys every join): the times are the key."""
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    script = TABLES.format(clicks="/tmp/c", buys="/tmp/b", watch="", sink="blackhole", out="")
+    pipeline.sql(script + "INSERT INTO out SELECT c.user_id, c.page, c.ts, b.price, b.bt FROM clicks c JOIN buys b "
+                 "ON c.ts = b.bt;")  # fmt: skip
+    (join,) = [n for n in pipeline.operators.values() if isinstance(n, JoinNode)]
+    assert type(join) is JoinNode
+
+
+def test_a_windowed_view_joined_with_itself() -> None:
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    script = TABLES.format(clicks="/tmp/c", buys="/tmp/b", watch="", sink="blackhole", out="")
+    pipeline.sql(script + WINDOWED_VIEWS + WINDOW_SINK.format(path="/tmp/w") + "INSERT INTO windowed SELECT "
+                 "L.user_id, L.page, CAST(NULL AS TIMESTAMP(3)), 1.0, CAST(NULL AS TIMESTAMP(3)), L.window_start, "
+                 "L.window_end FROM lv L JOIN lv R ON L.user_id = R.user_id AND L.window_start = R.window_start AND "
+                 "L.window_end = R.window_end;")  # fmt: skip
+    (join,) = [n for n in pipeline.operators.values() if isinstance(n, WindowJoinNode)]
+    assert join.time_columns[0] != join.time_columns[1]

@@ -235,7 +235,7 @@ class QueryPlanner:
             raise SqlError(f"{join.side} {join.kind} JOIN at {position(join)} is not supported; keyflow joins with "
                            "[INNER | LEFT | RIGHT | FULL [OUTER]] JOIN … ON")  # fmt: skip
         if version is not None:
-            self._check_temporal(version, left, how)
+            self._check_temporal(join.this, left, right, how)
         condition = join.args.get("on")
         comma = condition is None
         if comma:  # FROM a, b WHERE a.x = b.y: the WHERE's equalities join them (and still filter)
@@ -244,6 +244,12 @@ class QueryPlanner:
         time_side = self._event_time_side((left, left.node), (right, right.node))
         timed = version is None and left.window is None  # whether time conditions may bound the join
         pairs, rest = _equalities(condition, left, right, lambda c: timed and is_time_equality(c, time_side))
+        between, bounded = interval_bounds(rest, time_side) if timed else (None, rest)
+        if between is None or not pairs:  # no interval join (it needs a key): equal times are a key, as before
+            pairs, rest = _equalities(condition, left, right, lambda c: False)
+            between = None
+        else:
+            rest = bounded
         windows = None
         if left.window is not None and right.window is not None:
             windows, pairs = _window_join_windows(join, left.window, right.window, pairs)
@@ -256,11 +262,6 @@ class QueryPlanner:
         keys = [(f"__join{self._joins}_left{i}", f"__join{self._joins}_right{i}") for i in range(len(pairs))]
         left_node = self._with_keys(left, [(k, e) for (k, _), (e, _) in zip(keys, pairs, strict=True)])
         right, right_node = self._renamed(right, left, [(k, e) for (_, k), (_, e) in zip(keys, pairs, strict=True)])
-        between, rest = (
-            (None, rest)
-            if not timed
-            else interval_bounds(rest, self._event_time_side((left, left_node), (right, right_node)))
-        )
         if between is not None and between[0] > between[1]:
             raise SqlError(f"JOIN at {position(join)}: its time condition keeps no pair (right time - left time from "
                            f"{between[0]} to {between[1]} us); swap the bounds")  # fmt: skip
@@ -275,8 +276,12 @@ class QueryPlanner:
             label = f"lookup join {self._joins} ({into})"
             try:
                 node_id = self.builder.lookup_join((left_node, right_node), keys, how, label)
-            except PlanError as error:
-                raise SqlError(f"JOIN … FOR SYSTEM_TIME AS OF at {position(version)}: {error}") from None
+            except PlanError:
+                raise SqlError(
+                    f"JOIN {join.this.name} FOR SYSTEM_TIME AS OF at {position(version)}: {join.this.name!r} is not a "
+                    "table to look up: a lookup join reads it whole at every micro-batch, so it must be bounded "
+                    "(files) and read by no aggregate or join; join two streams with a plain JOIN"
+                ) from None
         elif windows is not None:  # Flink's window join: a window's rows leave the state when it ends
             label = f"window join {self._joins} ({into})"
             node_id = self.builder.window_join((left_node, right_node), keys, windows, how, label, None)
@@ -296,20 +301,33 @@ class QueryPlanner:
             joined.node = node_id
         return joined
 
-    def _check_temporal(self, version: exp.Expr, left: Relation, how: str) -> None:
+    def _check_temporal(self, table: exp.Table, left: Relation, right: Relation, how: str) -> None:
         """A temporal join keyflow runs: AS OF the left table's PROCTIME() column (Flink's lookup
         join against a table read whole), INNER or LEFT."""
+        version = table.args["version"]
         moment = version.expression
+        kind = str(version.args.get("kind")).upper()
+        if version.name.upper() != "TIMESTAMP" or kind != "AS OF" or moment is None:
+            written = f"FOR SYSTEM_TIME {kind}" if version.name.upper() == "TIMESTAMP" else f"FOR {version.name} {kind}"
+            raise SqlError(f"{written} at {position(table)} is not supported; keyflow joins a table FOR SYSTEM_TIME "
+                           "AS OF a PROCTIME() column of the stream")  # fmt: skip
         proctime = self._proctime_columns(left.node)
         resolved = moment.copy()
-        if isinstance(moment, exp.Column) and belongs(moment, left):
+        if isinstance(moment, exp.Column) and belongs(moment, left) and not belongs(moment, right):
             resolve_trees([resolved], left)
-        if not (isinstance(resolved, exp.Column) and resolved.name.lower() in proctime):
-            raise SqlError(
-                f"FOR SYSTEM_TIME AS OF {moment.sql(dialect=DIALECT)} at {position(version)}: keyflow joins a table as "
-                "of processing time, AS OF a PROCTIME() column of the stream (Flink's lookup join); an event-time "
-                "temporal join (AS OF an event-time column, against a versioned table) is not supported yet"
-            )
+            if resolved.name.lower() in proctime:
+                self._check_lookup_how(version, how)
+                return
+        raise SqlError(
+            f"FOR SYSTEM_TIME AS OF {moment.sql(dialect=DIALECT)} at {position(version)}: it is not a PROCTIME() "
+            "column of the stream here (a GROUP BY, CAST or a join before makes it a plain timestamp, as in Flink); "
+            "keyflow joins a table as of processing time (Flink's lookup join); a temporal join as of event time "
+            "(against a versioned table) is not supported yet"
+        )
+
+    @staticmethod
+    def _check_lookup_how(version: exp.Expr, how: str) -> None:
+        """A lookup join keeps every row of the stream, or only matched ones (Flink's too)."""
         if how not in nodes.LOOKUP_JOIN_TYPES:
             raise SqlError(f"{how.upper()} JOIN … FOR SYSTEM_TIME AS OF at {position(version)}: a lookup join is "
                            "INNER or LEFT (the table's rows are not a stream)")  # fmt: skip
@@ -317,7 +335,8 @@ class QueryPlanner:
     def _proctime_columns(self, node_id: int) -> set[str]:
         """The PROCTIME() columns (lower case) of ``node_id``'s rows, through filters and added columns."""
         node = self.builder.node(node_id)
-        while node.id not in self.catalog.proctime and isinstance(node, (nodes.FilterNode, nodes.WithColumnsNode)):
+        passing = (nodes.FilterNode, nodes.WithColumnsNode, nodes.LookupJoinNode)  # the left's names stay
+        while node.id not in self.catalog.proctime and isinstance(node, passing):
             node = self.builder.node(node.inputs[0])
         return self.catalog.proctime.get(node.id, set())
 
@@ -363,14 +382,14 @@ class QueryPlanner:
                     number += 1
                 renames[name] = f"{name}{number}"
                 taken.add(renames[name].lower())
-        if not renames:
-            return right, node_id
         time = event_time_at(self.builder.operators, node_id)
-        hidden = (
-            [quoted(time)] if time and time.startswith("__") and time not in right.columns else []
-        )  # windowed rows'
+        hidden = time is not None and time.startswith("__") and time not in right.columns  # windowed rows' own
+        clash = hidden and time == event_time_at(self.builder.operators, left.node)  # a windowed view with itself
+        if not renames and not clash:
+            return right, node_id
         keep = [f"{quoted(n)} AS {quoted(renames.get(n, n))}" for n in right.columns] + [quoted(k) for k, _ in keys]
-        keep += hidden
+        if hidden:
+            keep.append(f"{quoted(str(time))} AS {quoted(f'__join{self._joins}_time' if clash else str(time))}")
         node_id = self.builder.select(node_id, keep, name="rename")
         sides = [
             Side(side.aliases, None if side.names is None else {w: renames.get(n, n) for w, n in side.names.items()})
@@ -544,6 +563,12 @@ class QueryPlanner:
             hidden[f"__{prefix}{len(hidden)}"] = tree
             return f"__{prefix}{len(hidden) - 1}"
 
+        proctime = self._proctime_columns(node_id)
+        for item in ordered.expressions:
+            if is_proctime(item.this) or (isinstance(item.this, exp.Column) and item.this.name.lower() in proctime):
+                raise SqlError(f"ROW_NUMBER() OVER (… ORDER BY {item.this.sql(dialect=DIALECT)}) at {position(item)}: "
+                               "a Top-N or deduplication by processing time is not supported; order by the event "
+                               "time (the WATERMARK column) or other columns")  # fmt: skip
         keys = [column_of(key, "rank_key") for key in partition]
         order = [(column_of(item.this, "rank_order"), bool(item.args.get("desc"))) for item in ordered.expressions]
         for item in ordered.expressions:
@@ -602,7 +627,9 @@ def _assigner(function: WindowTableFunction) -> WindowAssigner:
             f"{wanted}{'' if function.kind == 'SESSION' else ' or ' + str(wanted + 1)} interval(s), got "
             f"{len(intervals)}"
         )
-    micros = [interval_micros(size, f"the {function.kind} size") for size in intervals[:wanted]]
+    parts = {"TUMBLE": ("size",), "HOP": ("slide", "size"), "CUMULATE": ("step", "size"), "SESSION": ("gap",)}
+    micros = [interval_micros(size, f"the {function.kind} {part}") for size, part in
+              zip(intervals[:wanted], parts[function.kind], strict=True)]  # fmt: skip
     shown = [interval.sql(dialect=DIALECT) for interval in intervals]
     if 0 in micros:
         raise SqlError(f"{function.kind}(…) at {position(function)}: {shown[micros.index(0)]} is empty; windows need "

@@ -290,6 +290,9 @@ def _create_table(tree: exp.Create) -> CreateTable:
         raise SqlError(f"{where} has no connector; add WITH ('connector' = 'filesystem', …) (or datagen, log, …)")
     items = tree.this.expressions
     proctime = tuple(item.name for item in items if isinstance(item, exp.ColumnDef) and is_proctime(_computed(item)))
+    if watermark is not None and watermark.column.lower() in {column.lower() for column in proctime}:
+        raise SqlError(f"{where}: WATERMARK FOR {watermark.column} declares event time on a PROCTIME() column; "
+                       "declare it on a timestamp column of the data (processing time needs no watermark)")  # fmt: skip
     return CreateTable(name, tuple(columns), primary_key, options, where, tuple(computed), watermark, proctime)
 
 
@@ -341,8 +344,8 @@ def interval_micros(node: exp.Expression, what: str, signed: bool = False) -> in
         if isinstance(value, exp.Neg):
             sign, value = -sign, value.this
         text, unit = value.name.strip(), interval.args.get("unit")
-        if text.startswith("-"):
-            sign, text = -sign, text[1:]
+        if text[:1] in ("-", "+"):
+            sign, text = (-sign if text[0] == "-" else sign), text[1:]
         try:
             micros = duration(f"{text} {unit.name if unit is not None else ''}".strip().lower(), what, zero=True)
         except PlanError:
