@@ -410,9 +410,9 @@ def plan(script: str, **config: object) -> Pipeline:
                 ORDERS.format(extra="") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY "
                 f"amount DESC) AS rn FROM orders) WHERE {condition} AND amount > 0;",
                 rf"{condition} at line 2, column \d+: keyflow's Top-N filters the row number with rn <= N, rn < N, "
-                r"rn = 1 or rn BETWEEN 1 AND N \(a range with an offset is not supported yet\)",
+                r"rn = M, rn >= M or rn BETWEEN M AND N \(whole numbers, M and N at least 1\)",
             )
-            for condition in ("rn > 3", "rn <= 0", "rn = 2", "rn <= amount", "rn BETWEEN 2 AND 5")
+            for condition in ("rn <= 0", "rn = 0", "rn <= amount", "rn BETWEEN 3 AND 2")
         ),
         (
             ORDERS.format(extra="") + "SELECT * FROM (SELECT *, RANK() OVER (PARTITION BY user_id ORDER BY amount) "
@@ -456,6 +456,11 @@ def plan(script: str, **config: object) -> Pipeline:
             ORDERS.format(extra="") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY "
             "amount DESC) AS rn FROM orders) WHERE rn >= 1;",
             r"rn >= 1 at line 2, column \d+ keeps every row: keyflow's Top-N needs an upper bound, rn <= N",
+        ),
+        (
+            ORDERS.format(extra="") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY "
+            "amount DESC) AS rn FROM orders) WHERE rn > 3 AND rn <= 3;",
+            r"the filters on rn at line 2, column \d+ keep no row \(from 4 to 3\); widen the range",
         ),
         (
             ORDERS.format(extra=", 'source.watch' = 'true'") + "SELECT * FROM (SELECT user_id, COUNT(*) AS n FROM "

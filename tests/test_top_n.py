@@ -103,6 +103,20 @@ def test_constant_rank_range_without_offset() -> None:
     assert drive(shape, [("book", 5, 10)], state) == by_record([("-D", "book", 1, 12), ("+I", "book", 5, 10)])
 
 
+def test_constant_rank_range_with_offset() -> None:
+    """TopNFunctionTestBase#testConstantRankRangeWithOffset (rank 2..2, no row numbers): only the
+    second row is emitted; when it changes, the old one is updated to the new (-U/+U)."""
+    got = drive(RankShape(ROW, (("price", False),), 2, None, first=2), [r for r in BOOKS_AND_FRUIT if r[1:] != (5, 11)])
+    assert got == by_record(
+        [],
+        [("+I", "book", 2, 19)],
+        [("-U", "book", 2, 19), ("+U", "book", 1, 12)],
+        [],
+        [("+I", "fruit", 3, 44)],
+        [("-U", "fruit", 3, 44), ("+U", "fruit", 4, 33)],
+    )
+
+
 def test_a_call_of_many_rows_emits_the_net_change_of_its_keys() -> None:
     """Rows of one micro-batch arrive in one call: the change of each key's top, not every step
     of it, so the changelog's current table equals the one row at a time."""
@@ -185,6 +199,11 @@ def test_top_n_and_deduplication_stream_over_micro_batches_equal_duckdb(tmp_path
               'source.max-files-per-batch' = '1');
         CREATE TABLE top3 (user_id STRING, order_id BIGINT, amount DOUBLE, rn BIGINT)
         WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "top3"}', 'format' = 'parquet');
+        CREATE TABLE seconds (user_id STRING, order_id BIGINT, amount DOUBLE)
+        WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "seconds"}', 'format' = 'parquet');
+        INSERT INTO seconds SELECT user_id, order_id, amount FROM (
+          SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY amount DESC, order_id) AS rn FROM orders)
+        WHERE rn BETWEEN 2 AND 3;
         CREATE TABLE firsts (user_id STRING, order_id BIGINT, ts TIMESTAMP(3))
         WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "firsts"}', 'format' = 'parquet');
         INSERT INTO top3 SELECT user_id, order_id, amount, rn FROM (
@@ -206,6 +225,8 @@ def test_top_n_and_deduplication_stream_over_micro_batches_equal_duckdb(tmp_path
         f"amount DESC NULLS LAST, order_id) AS rn FROM '{orders}/*.parquet') WHERE rn <= 3"
     ).df()
     assert_same_rows(got, expected, ["user_id", "rn"])
+    seconds = current(pa.Table.from_pandas(read_output(tmp_path / "seconds"), preserve_index=False)).to_pandas()
+    assert_same_rows(seconds, expected[expected["rn"] >= 2][["user_id", "order_id", "amount"]], ["order_id"])
     firsts = current(pa.Table.from_pandas(read_output(tmp_path / "firsts"), preserve_index=False)).to_pandas()
     expected_firsts = duckdb.sql(
         f"SELECT user_id, order_id, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY ts) AS rn "
@@ -371,3 +392,22 @@ def test_deduplication_ties_go_as_in_flink_across_micro_batches(tmp_path: Path) 
     for sink, part in (("first", 0), ("last", 2)):
         got = current(pa.Table.from_pandas(read_output(tmp_path / sink), preserve_index=False)).to_pandas()
         assert sorted(got["order_id"]) == list(np.arange(30) + 100 * part), sink
+
+
+@pytest.mark.jvm
+def test_a_bounded_row_number_range_with_an_offset_equals_duckdb(tmp_path: Path) -> None:
+    write_orders(tmp_path / "orders", files=1)
+    query = (
+        "SELECT user_id, order_id, rn FROM (SELECT user_id, order_id, ROW_NUMBER() OVER (PARTITION BY user_id ORDER "
+        "BY amount DESC, order_id) AS rn FROM orders) WHERE rn BETWEEN 2 AND 3"
+    )
+    pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
+    pipeline.sql(
+        f"CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, ts TIMESTAMP(3)) WITH ('connector' "
+        f"= 'filesystem', 'path' = '{tmp_path / 'orders'}', 'format' = 'parquet');\n"
+        f"CREATE TABLE out (user_id STRING, order_id BIGINT, rn BIGINT) WITH ('connector' = 'filesystem', 'path' = "
+        f"'{tmp_path / 'out'}', 'format' = 'parquet');\nINSERT INTO out {query};"
+    )
+    pipeline.run()
+    expected = duckdb.sql(query.replace("FROM orders", f"FROM '{tmp_path}/orders/*.parquet'")).df()
+    assert_same_rows(read_output(tmp_path / "out"), expected, ["user_id", "rn"])

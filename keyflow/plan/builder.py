@@ -301,6 +301,7 @@ class PlanBuilder:
         limit: int,
         rank_column: str | None = None,
         name: str = "top-n",
+        first: int = 1,
     ) -> int:
         """The first ``limit`` rows of each key by ``order`` ((column, descending) pairs): Flink's
         Top-N, and its deduplication where the order is the event-time column alone. Over an
@@ -309,6 +310,8 @@ class PlanBuilder:
             raise PlanError(f"{name}: the number of rows to keep per key is {limit!r}; give a whole number >= 1")
         if not order or not all(isinstance(c, str) and c.strip() and isinstance(d, bool) for c, d in order):
             raise PlanError(f"{name}: order {list(order)!r} must be (column, descending) pairs, e.g. [('price', True)]")
+        if isinstance(first, bool) or not isinstance(first, int) or not 1 <= first <= limit:
+            raise PlanError(f"{name}: the first row number to emit is {first!r}; give a whole number from 1 to {limit}")
         if rank_column is not None and not (isinstance(rank_column, str) and rank_column.strip()):
             raise PlanError(f"{name}: row_number={rank_column!r} must be a column name, e.g. 'rn', or None")
         if self.is_changelog(input_id):
@@ -328,6 +331,7 @@ class PlanBuilder:
             **keying.fields(),
             order=tuple(order),
             limit=limit,
+            first=first,
             rank_column=rank_column,
             changelog=self.reads_unbounded([input_id]) and window_end is None,
             time_ordered=time_ordered,

@@ -332,6 +332,7 @@ class RankNode(KeyedNode):
 
     order: tuple[tuple[str, bool], ...] = ()
     limit: int = 1
+    first: int = 1  # the first row number emitted (Flink's rank range start): rows first..limit
     rank_column: str | None = None
     changelog: bool = False
     time_ordered: bool = False
@@ -341,7 +342,7 @@ class RankNode(KeyedNode):
     @property
     def deduplicates(self) -> bool:
         """Whether it is Flink's deduplication (keep the first or last row by event time)."""
-        return self.time_ordered and self.limit == 1 and self.rank_column is None
+        return self.time_ordered and self.limit == 1 and self.first == 1 and self.rank_column is None
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -349,6 +350,8 @@ class RankNode(KeyedNode):
             "order": [f"{column} {'DESC' if descending else 'ASC'}" for column, descending in self.order],
             "limit": self.limit,
         }
+        if self.first > 1:
+            described["first"] = self.first
         if self.rank_column:
             described["rank_column"] = self.rank_column
         if self.deduplicates:

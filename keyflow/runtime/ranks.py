@@ -49,6 +49,7 @@ class RankShape:
     rank_column: str | None
     latest_wins: bool = False
     replaces: bool = False
+    first: int = 1  # the first rank emitted (Flink's rank range start); the first ``limit`` are kept
 
     def state(self) -> dict[str, StateDescriptor]:
         return {TOP: ListState(self.row_type)}
@@ -114,7 +115,7 @@ class TopNRows(KeyedFunction):
         ``len(lengths)``-summed ones stored before) at ``ranks``; ``lengths``: the keys' stored counts."""
         stored = int(lengths.sum())
         before = np.cumsum(lengths) - lengths  # where each key's stored rows start
-        if self.shape.rank_column is None:
+        if self.shape.rank_column is None and self.shape.first == 1:
             left = np.setdiff1d(np.arange(stored, dtype=np.int64), kept)
             entered = kept[kept >= stored]
             if self.shape.replaces:  # a deduplication: the key's one row replaced
@@ -130,7 +131,7 @@ class TopNRows(KeyedFunction):
         old_ranks = np.full(len(kept), -1, dtype=np.int64)
         was_stored = kept < stored
         old_ranks[was_stored] = kept[was_stored] - before[owners[kept[was_stored]]]
-        same = old_ranks == ranks
+        same = (old_ranks == ranks) | (ranks < self.shape.first - 1)  # ranks before the first are not emitted
         changed, changed_ranks = kept[~same], ranks[~same]
         refilled = changed_ranks < lengths[owners[changed]]  # the rank had a row: it is updated
         replaced = before[owners[changed[refilled]]] + changed_ranks[refilled]
@@ -186,6 +187,7 @@ class WindowTopNRows(TopNRows):
         lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
         rows = pc.list_flatten(stored)
         ranks = np.arange(len(rows), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        table = self._rows(rows, np.arange(len(rows), dtype=np.int64), ranks, np.full(len(rows), INSERT))
+        shown = np.flatnonzero(ranks >= self.shape.first - 1)
+        table = self._rows(rows, shown, ranks[shown], np.full(len(shown), INSERT))
         clear(store, slots)
         yield table.drop_columns([OP])

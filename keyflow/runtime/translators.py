@@ -498,7 +498,7 @@ def _rank(operator: physical.Rank, frame: DataFrame, context: KeyedContext) -> D
     node = operator.node
     order = [F.col(c).desc_nulls_last() if descending else F.col(c).asc_nulls_first() for c, descending in node.order]
     number = F.row_number().over(Window.partitionBy(*node.keys).orderBy(*order)).cast("bigint")
-    ranked = frame.withColumn(RANK_NUMBER, number).filter(F.col(RANK_NUMBER) <= node.limit)
+    ranked = frame.withColumn(RANK_NUMBER, number).filter(F.col(RANK_NUMBER).between(node.first, node.limit))
     ranked = ranked.withColumnRenamed(RANK_NUMBER, node.rank_column) if node.rank_column else ranked.drop(RANK_NUMBER)
     return context.exchange(ranked, keep_key_group=False)
 
@@ -530,7 +530,9 @@ def _rank_shape(operator: physical.Rank, frame: DataFrame) -> tuple[RankShape, p
     types = to_arrow_schema(frame.drop(KEY_GROUP_COLUMN).schema, timezone=session_timezone(frame))
     deduplicates = isinstance(operator, physical.Deduplicate)
     latest_wins = deduplicates and node.order[0][1]  # keep the last row: a later row of an equal time replaces
-    shape = RankShape(pa.struct(list(types)), node.order, node.limit, node.rank_column, latest_wins, deduplicates)
+    shape = RankShape(
+        pa.struct(list(types)), node.order, node.limit, node.rank_column, latest_wins, deduplicates, node.first
+    )
     ranked = [pa.field(node.rank_column, pa.int64())] if node.rank_column else []
     return shape, pa.schema([*types, *ranked])
 

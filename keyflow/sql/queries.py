@@ -581,11 +581,11 @@ class QueryPlanner:
         columns = [f"{spark_sql(e.unalias())} AS {quoted(n)}" for e, n in listed]
         columns += [f"{spark_sql(tree)} AS {quoted(name)}" for name, tree in hidden.items()]
         node_id = self.builder.select(node_id, columns, name=f"select ({into})")
-        # As Flink's RankNumberColumnRemoveRule: a Top-1's row number is the constant 1, not a column it keeps
-        rank_column = names[at] if top_n.numbered and top_n.limit > 1 else None
+        # As Flink's RankNumberColumnRemoveRule: a one-row range's number is a constant, not a column it keeps
+        rank_column = names[at] if top_n.numbered and top_n.first < top_n.limit else None
         node_id = self.builder.rank(node_id, self.builder.key_by(keys), order, top_n.limit, rank_column,
-                                    name=f"top-n ({into})")  # fmt: skip
-        number = quoted(names[at]) if rank_column else f"CAST(1 AS BIGINT) AS {quoted(names[at])}"
+                                    name=f"top-n ({into})", first=top_n.first)  # fmt: skip
+        number = quoted(names[at]) if rank_column else f"CAST({top_n.first} AS BIGINT) AS {quoted(names[at])}"
         kept = [number if i == at else quoted(n) for i, n in enumerate(names) if i != at or top_n.numbered]
         node_id = self.builder.select(
             node_id, [*kept, *row_kind(self.builder, node_id)], name=f"top-n columns ({into})"

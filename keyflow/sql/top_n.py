@@ -16,13 +16,15 @@ from keyflow.sql.statements import DIALECT
 
 @dataclass(frozen=True)
 class TopN:
-    """A Top-N the reading query asks of a derived table: its first ``limit`` rows by the
-    table's ``window`` (its ``ROW_NUMBER() OVER``); ``numbered``: the reading query reads the
-    row number (of a Top-1 it is the constant 1, as Flink's RankNumberColumnRemoveRule makes it)."""
+    """A Top-N the reading query asks of a derived table: its rows numbered ``first`` to
+    ``limit`` by the table's ``window`` (its ``ROW_NUMBER() OVER``); ``numbered``: the reading
+    query reads the row number (constant where ``first == limit``, as Flink's
+    RankNumberColumnRemoveRule makes it)."""
 
     window: exp.Window
     limit: int
     numbered: bool
+    first: int = 1  # the first row number kept (Flink's rank range start)
 
 
 def top_n_of(item: exp.Expr, query: exp.Select) -> TopN | None:
@@ -55,16 +57,20 @@ def top_n_of(item: exp.Expr, query: exp.Select) -> TopN | None:
         )
     bounds = [(conjunct, _rank_bounds(conjunct, is_rank)) for conjunct in on_rank]
     for conjunct, bound in bounds:
-        if bound is None or bound[0] > 1:
+        if bound is None:
             raise SqlError(
                 f"{conjunct.sql(dialect=DIALECT)} at {position(conjunct)}: keyflow's Top-N filters the row number "
-                f"with {rank} <= N, {rank} < N, {rank} = 1 or {rank} BETWEEN 1 AND N (a range with an offset is not "
-                "supported yet)"
+                f"with {rank} <= N, {rank} < N, {rank} = M, {rank} >= M or {rank} BETWEEN M AND N (whole numbers, "
+                "M and N at least 1)"
             )
     uppers = [bound[1] for _, bound in bounds if bound is not None and bound[1] is not None]
     if not uppers:
         raise SqlError(f"{on_rank[0].sql(dialect=DIALECT)} at {position(on_rank[0])} keeps every row: keyflow's "
                        f"Top-N needs an upper bound, {rank} <= N")  # fmt: skip
+    first = max(bound[0] for _, bound in bounds if bound is not None)
+    if first > min(uppers):
+        raise SqlError(f"the filters on {rank} at {position(on_rank[0])} keep no row (from {first} to "
+                       f"{min(uppers)}); widen the range")  # fmt: skip
     joined = bool(query.args.get("joins"))
     if not joined:
         rest = [c for c in conjuncts if all(c is not taken for taken in on_rank)]
@@ -73,7 +79,7 @@ def top_n_of(item: exp.Expr, query: exp.Select) -> TopN | None:
     starred = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star and
                   (e.table or "").lower() in ("", alias)) for e in query.expressions)  # fmt: skip
     read = joined or starred or any(is_rank(column) for tree in reads for column in tree.find_all(exp.Column))
-    return TopN(window, min(uppers), read)
+    return TopN(window, min(uppers), read, max(first, 1))
 
 
 def _conjuncts(condition: exp.Expr) -> list[exp.Expr]:
