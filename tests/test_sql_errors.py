@@ -631,6 +631,26 @@ def test_the_cli_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     assert "does not exist" in missing.output
 
 
+def test_keyflow_plan_checks_a_sql_script_before_spark(tmp_path: Path) -> None:
+    """``keyflow plan job.sql`` reports a SQL mistake (a Top-N by processing time) with no JVM,
+    and prints the plan of a good script."""
+    bad = tmp_path / "bad.sql"
+    bad.write_text(CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, amount FROM (SELECT *, "
+                   "ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY p) AS rn FROM (SELECT *, PROCTIME() AS p "
+                   "FROM clicks)) WHERE rn <= 2;")  # fmt: skip
+    refused = runner.invoke(app, ["plan", str(bad)])
+    assert refused.exit_code == 2
+    assert refused.output.startswith("error: ROW_NUMBER() OVER (… ORDER BY p) at line 3, column ")
+    good = tmp_path / "good.sql"
+    good.write_text(CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT user_id, amount FROM (SELECT *, "
+                    "ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY amount DESC) AS rn FROM clicks) "
+                    "WHERE rn <= 2;")  # fmt: skip
+    planned = runner.invoke(app, ["plan", str(good), "-p", "3"])
+    assert planned.exit_code == 0, planned.output
+    assert "rank (uid top-n (out)[user_id]): keys=['user_id'], order=['amount DESC'], limit=2" in planned.output
+    assert "parallelism 3" in planned.output
+
+
 def test_a_log_not_split_by_the_primary_key_is_refused_as_a_changelog(tmp_path: Path) -> None:
     """Offsets order the changes of a key only inside one split: a log appended without the
     key (or by another key) cannot be read as upserts of it."""

@@ -38,16 +38,22 @@ def overrides(conf: list[str] | None, config_file: str | None, parallelism: int 
 
 
 def plan(
-    file: Annotated[str, typer.Argument(help="Python file that defines a Pipeline.")],
+    file: Annotated[str, typer.Argument(help="Python file that defines a Pipeline, or a SQL script (.sql).")],
     conf: ConfOption = None,
     config: ConfigFileOption = None,
     parallelism: Annotated[int | None, typer.Option("--parallelism", "-p", help="parallelism.default")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
     report: ReportOption = None,
 ) -> None:
-    """Print the job plan of a pipeline file without running it."""
+    """Print the job plan of a pipeline file (or of a SQL script's INSERTs) without running it."""
     with user_errors():
-        pipeline = load_pipeline(file, overrides(conf, config, parallelism))
+        settings = overrides(conf, config, parallelism)
+        if file.endswith(".sql"):
+            from keyflow.cli.sql import load_script
+
+            pipeline = load_script(file, settings)[0]
+        else:
+            pipeline = load_pipeline(file, settings)
         job = pipeline.plan()
     typer.echo(job.to_json() if as_json else job.render())
     if not as_json:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from keyflow.cli.errors import user_errors
 from keyflow.cli.pipelines import ConfigFileOption, ConfOption, execute, overrides
 from keyflow.errors import KeyflowError
+
+if TYPE_CHECKING:
+    from keyflow.api.pipeline import Pipeline
+    from keyflow.sql.planner import Planned
 
 
 def sql(
@@ -30,15 +34,7 @@ def sql(
 
     ``--conf`` wins over the script's SET statements."""
     with user_errors():
-        from keyflow.api.pipeline import Pipeline, config_overrides
-        from keyflow.sql.planner import plan_script
-
-        path = Path(file)
-        if not path.is_file():
-            raise KeyflowError(f"SQL file {file} does not exist; pass a .sql script")
-        with config_overrides(overrides(conf, config, parallelism)):
-            pipeline = Pipeline()
-            planned = plan_script(pipeline.builder, path.read_text())
+        pipeline, planned = load_script(file, overrides(conf, config, parallelism))
     for explained in planned.explained:
         typer.echo(explained)
     if planned.query is not None:
@@ -48,6 +44,19 @@ def sql(
     elif not planned.explained:
         typer.echo(f"error: {file} has no INSERT INTO statement; nothing to run", err=True)
         raise typer.Exit(2)
+
+
+def load_script(file: str, settings: dict[str, object]) -> tuple[Pipeline, Planned]:
+    """The pipeline a SQL script plans (every statement checked; nothing runs, no JVM starts)."""
+    from keyflow.api.pipeline import Pipeline, config_overrides
+    from keyflow.sql.planner import plan_script
+
+    path = Path(file)
+    if not path.is_file():
+        raise KeyflowError(f"SQL file {file} does not exist; pass a .sql script")
+    with config_overrides(settings):
+        pipeline = Pipeline()
+        return pipeline, plan_script(pipeline.builder, path.read_text())
 
 
 def _refuse_bare_select() -> int:
