@@ -30,9 +30,17 @@ from keyflow.plan.nodes import WINDOW_END
 from keyflow.runtime.connected import INPUT, PACKED
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.state.key_index import Slots
-from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, ValueStateView, empty_if_null
+from keyflow.state.keyed import (
+    KeyedBatch,
+    KeyedState,
+    ListStateView,
+    ValueStateView,
+    empty_if_null,
+    list_lengths,
+    positions_within,
+)
 from keyflow.state.memory import KeyedStateStore
-from keyflow.state.timers import TaskTime
+from keyflow.state.timers import TaskTime, window_fires_at
 
 Positions = npt.NDArray[np.int64]
 ROWS, MATCHES = ("__left_rows", "__right_rows"), ("__left_matches", "__right_matches")
@@ -86,12 +94,12 @@ class JoinRows(KeyedFunction):
     def _arrive(self, side: int, batch: KeyedBatch, rows: pa.StructArray, state: KeyedState) -> list[pa.Table]:
         other = 1 - side
         stored = empty_if_null(state[ROWS[other]].get())
-        lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
+        lengths = list_lengths(stored)
         stored_rows = pc.list_flatten(stored)
         before = np.cumsum(lengths) - lengths  # where each key's stored rows start in stored_rows
         candidates = lengths[batch.key_index]  # for each arriving row: its key's stored rows
         mine = np.repeat(np.arange(len(rows)), candidates)
-        theirs = np.repeat(before[batch.key_index], candidates) + _within(candidates)
+        theirs = np.repeat(before[batch.key_index], candidates) + positions_within(candidates)
         mine, theirs = self._matching(side, rows, stored_rows, mine, theirs)
         out = []
         if self.sides.preserved[other]:
@@ -142,12 +150,6 @@ class JoinRows(KeyedFunction):
         return pa.table(columns)
 
 
-def _within(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """0, 1, ..., counts[i] - 1 for each i, concatenated."""
-    total = int(counts.sum())
-    return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-
-
 class IdleJoinRows(JoinRows):
     """A regular join under ``table.exec.state.ttl`` (Flink's idle state retention): each call
     stamps its keys with the processing time; :meth:`advance` clears every key not written
@@ -175,16 +177,8 @@ class IdleJoinRows(JoinRows):
         if len(unstamped):
             written.set(unstamped, pa.array(np.full(len(unstamped), time.processing_time, dtype=np.int64)))
             store.touch(unstamped)
-        clear(store, written.at_most(time.processing_time - self.ttl, len(store)))
+        store.clear(written.at_most(time.processing_time - self.ttl, len(store)))
         return iter(())
-
-
-def clear(store: KeyedStateStore, slots: Slots) -> None:
-    """Every state of ``slots`` cleared (written so: the checkpoint forgets them too)."""
-    if len(slots):
-        for column in store.columns.values():
-            column.set(slots, pa.nulls(len(slots), column.type))
-        store.touch(slots)
 
 
 EXPIRY = ("__left_expiry", "__right_expiry")
@@ -269,7 +263,7 @@ class IntervalJoinRows(JoinRows):
         preserved input (their keys' positions among ``slots``, the rows), or None."""
         rows_view = ListStateView(store, ROWS[side], slots)
         stored = empty_if_null(rows_view.get())
-        lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
+        lengths = list_lengths(stored)
         flat = pc.list_flatten(stored)
         owners = np.repeat(np.arange(len(slots), dtype=np.int64), lengths)
         expiry = self.interval.expiry(side, self.interval.times(flat))
@@ -309,8 +303,7 @@ class WindowJoinRows(JoinRows):
 
     def _arrive(self, side: int, batch: KeyedBatch, rows: pa.StructArray, state: KeyedState) -> list[pa.Table]:
         out = super()._arrive(side, batch, rows, state)
-        ends = batch.keys.column(WINDOW_END).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-        state[WINDOW_ENDS].update(pc.subtract(ends, 1))  # its last microsecond: the window fires at it
+        state[WINDOW_ENDS].update(window_fires_at(batch.keys.column(WINDOW_END)))
         return out
 
     def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
@@ -321,14 +314,14 @@ class WindowJoinRows(JoinRows):
         for side in (0, 1):
             if self.sides.preserved[side]:
                 stored = empty_if_null(ListStateView(store, ROWS[side], slots).get())
-                lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
+                lengths = list_lengths(stored)
                 counts = empty_if_null(ListStateView(store, MATCHES[side], slots).get())
                 unmatched = np.flatnonzero(np.asarray(pc.list_flatten(counts).to_numpy(), dtype=np.int64) == 0)
                 if len(unmatched):
                     owners = np.repeat(np.arange(len(slots), dtype=np.int64), lengths)[unmatched]
                     rows = pc.list_flatten(stored).take(pa.array(unmatched))
                     yield self._rows(keys.take(pa.array(owners)), side, rows, None, INSERT)
-        clear(store, slots)
+        store.clear(slots)
 
 
 def window_state() -> dict[str, StateDescriptor]:

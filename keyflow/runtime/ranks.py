@@ -25,11 +25,10 @@ import pyarrow.compute as pc
 
 from keyflow.changelog import DELETE, INSERT, OP, UPDATE_AFTER, UPDATE_BEFORE
 from keyflow.plan.descriptors import ListState, StateDescriptor, ValueState
-from keyflow.runtime.joins import clear
 from keyflow.runtime.keyed_function import KeyedFunction
-from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, empty_if_null
+from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, empty_if_null, list_lengths, positions_within
 from keyflow.state.memory import KeyedStateStore
-from keyflow.state.timers import TaskTime
+from keyflow.state.timers import TaskTime, window_fires_at
 
 TOP = "__top_rows"  # each key's first rows, in order
 
@@ -72,7 +71,7 @@ class TopNRows(KeyedFunction):
         (stored first), their keys, the keys' stored counts, the kept ones and their ranks."""
         shape, view = self.shape, state[TOP]
         stored = empty_if_null(view.get())
-        lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
+        lengths = list_lengths(stored)
         old_rows = pc.list_flatten(stored)
         arriving = pa.StructArray.from_arrays(
             [batch.data.column(f.name).combine_chunks().cast(f.type) for f in shape.row_type],
@@ -175,8 +174,7 @@ class WindowTopNRows(TopNRows):
 
     def process(self, batch: KeyedBatch, state: KeyedState) -> None:
         self._keep(batch, state)
-        ends = batch.keys.column(self.window_end).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-        state[WINDOW_ENDS].update(pc.subtract(ends, 1))  # its last microsecond: the window fires at it
+        state[WINDOW_ENDS].update(window_fires_at(batch.keys.column(self.window_end)))
         return None
 
     def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[pa.Table]:
@@ -184,10 +182,10 @@ class WindowTopNRows(TopNRows):
         if not len(slots):
             return
         stored = empty_if_null(ListStateView(store, TOP, slots).get())
-        lengths = np.asarray(pc.list_value_length(stored).to_numpy(zero_copy_only=False), dtype=np.int64)
+        lengths = list_lengths(stored)
         rows = pc.list_flatten(stored)
-        ranks = np.arange(len(rows), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        ranks = positions_within(lengths)
         shown = np.flatnonzero(ranks >= self.shape.first - 1)
         table = self._rows(rows, shown, ranks[shown], np.full(len(shown), INSERT))
-        clear(store, slots)
+        store.clear(slots)
         yield table.drop_columns([OP])

@@ -28,7 +28,7 @@ from keyflow.runtime.aggregates import final_values, merge_partials, partials
 from keyflow.runtime.keyed_function import KeyedFunction
 from keyflow.state.keyed import KeyedBatch, KeyedState
 from keyflow.state.memory import KeyedStateStore
-from keyflow.state.timers import TIMESTAMP, TaskTime
+from keyflow.state.timers import TIMESTAMP, TaskTime, window_fires_at
 
 FIRE_AT, CLEANUP_AT, EMITTED = "__fire_at", "__cleanup_at", "__emitted"
 ROWS, ROW_PREFIX = "__rows", "__row_"  # a window's rows; the row columns as they reach the worker
@@ -63,7 +63,7 @@ class WindowSlots(KeyedFunction):
 
     def process(self, batch: KeyedBatch, state: KeyedState) -> None:
         self.add(batch, state)
-        last = pc.subtract(batch.keys.column(WINDOW_END).cast(TIMESTAMP).cast(pa.int64()), 1)
+        last = window_fires_at(batch.keys.column(WINDOW_END))
         state[FIRE_AT].update(last)  # a row for a window that fired already fires it again: an update
         state[CLEANUP_AT].update(pc.add(last, self.lateness))
 

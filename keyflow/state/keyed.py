@@ -295,13 +295,23 @@ def _array(values: Any, arrow_type: pa.DataType) -> pa.Array:
     return values if values.type == arrow_type else values.cast(arrow_type)
 
 
+def list_lengths(lists: pa.Array) -> npt.NDArray[np.int64]:
+    """Each list's length (0 for a null one), as numpy."""
+    return np.asarray(pc.list_value_length(lists).fill_null(0).to_numpy(), dtype=np.int64)
+
+
+def positions_within(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """0, 1, ..., counts[i] - 1 for each i, concatenated: each item's place in its group."""
+    total = int(counts.sum())
+    return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
 def empty_if_null(lists: pa.Array) -> pa.Array:
     """``lists`` with an empty list where one is null (a key with nothing stored), from the
     offsets: Arrow's ``fill_null`` of a nested type is a generic kernel, ~10x slower."""
     if not lists.null_count:
         return lists
-    lengths = np.asarray(pc.list_value_length(lists).fill_null(0).to_numpy(), dtype=np.int64)
-    offsets = pa.array(np.r_[0, np.cumsum(lengths)], pa.int32())
+    offsets = pa.array(np.r_[0, np.cumsum(list_lengths(lists))], pa.int32())
     return pa.ListArray.from_arrays(offsets, pc.list_flatten(lists), type=lists.type)
 
 

@@ -237,6 +237,13 @@ class KeyedStateStore:
         """Mark ``slots`` changed (a checkpoint writes them): state set outside :meth:`slots`."""
         self._touched[slots] = True
 
+    def clear(self, slots: Slots) -> None:
+        """Every state of ``slots`` cleared (written so: the checkpoint forgets them too)."""
+        if len(slots):
+            for column in self.columns.values():
+                column.set(slots, pa.nulls(len(slots), column.type))
+            self.touch(slots)
+
     def touched(self) -> Slots:
         """Slots touched since the last :meth:`take_touched` (kept for it)."""
         return np.flatnonzero(self._touched[: len(self)]).astype(np.int64)

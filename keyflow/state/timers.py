@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from keyflow.plan.event_time import (
     END_OF_INPUT,
@@ -32,6 +33,14 @@ from keyflow.state.key_index import Slots
 from keyflow.state.memory import KeyedStateStore
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def window_fires_at(ends: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """When windows ending at ``ends`` (timestamps) fire: their last microsecond, Flink's
+    ``TimeWindow.maxTimestamp()``, as event time in microseconds."""
+    return pc.subtract(ends.cast(TIMESTAMP).cast(pa.int64()), 1)
+
+
 LATEST_DATETIME = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999 in microseconds
 
 
