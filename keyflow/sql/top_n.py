@@ -5,6 +5,7 @@ limit the reading query's WHERE puts on it, and whether that query reads the num
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -90,11 +91,10 @@ def _conjuncts(condition: exp.Expr) -> list[exp.Expr]:
     return [condition]
 
 
-def _rank_bounds(conjunct: exp.Expr, is_rank: object) -> tuple[int, int | None] | None:
+def _rank_bounds(conjunct: exp.Expr, is_rank: Callable[[exp.Column], bool]) -> tuple[int, int | None] | None:
     """The (first, last) row numbers ``conjunct`` keeps (``rn <= N``, ``rn < N``, ``rn = 1``,
     ``rn >= 1``, ``rn BETWEEN a AND b``, either way round; no last: unbounded), or None for
     another condition."""
-    assert callable(is_rank)
     if isinstance(conjunct, exp.Between):
         column, low, high = conjunct.this, _number(conjunct.args["low"]), _number(conjunct.args["high"])
         ok = isinstance(column, exp.Column) and is_rank(column) and low is not None and high is not None
