@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +42,23 @@ def write_files(directory: Path, frame: pd.DataFrame, schema: pa.Schema = EVENTS
     """``frame`` as the one Parquet file of a new directory (a bounded files(...) source)."""
     directory.mkdir(parents=True)
     pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), directory / "part.parquet")
+
+
+def write_parts(directory: Path, parts: Iterable[pd.DataFrame]) -> None:
+    """Each frame as the next Parquet file ``part-N`` of a new directory, each file modified a
+    second after the one before: a watched source reads files in modification order (Spark's
+    FileStreamSource), and files written within one clock tick would come in any order."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for number, part in enumerate(parts):
+        path = directory / f"part-{number}.parquet"
+        part.to_parquet(path, index=False)
+        os.utime(path, (1_700_000_000 + number, 1_700_000_000 + number))
+
+
+def split(frame: pd.DataFrame, parts: int) -> list[pd.DataFrame]:
+    """``frame`` cut into ``parts`` consecutive slices of (nearly) equal size."""
+    size = -(-len(frame) // parts)
+    return [frame.iloc[start : start + size] for start in range(0, len(frame), size)]
 
 
 def running_total(batch: KeyedBatch, state: KeyedState) -> pa.Table:

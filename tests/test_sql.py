@@ -17,7 +17,7 @@ from keyflow import Log, Pipeline
 from keyflow.changelog import current
 from keyflow.cli.app import app
 from tests.pipelines import TEST_SPARK
-from tests.streams import read_output
+from tests.streams import read_output, split, write_parts
 
 runner = CliRunner()
 
@@ -35,9 +35,7 @@ def write_orders(directory: Path, rows: int = 6_000, seed: int = 11) -> Path:
         }
     )
     frame.loc[frame.index % 37 == 0, "amount"] = None
-    directory.mkdir(parents=True, exist_ok=True)
-    for part, start in enumerate(range(0, rows, -(-rows // 3))):
-        frame.iloc[start : start + -(-rows // 3)].to_parquet(directory / f"part-{part}.parquet", index=False)
+    write_parts(directory, split(frame, 3))
     return directory
 
 

@@ -20,7 +20,7 @@ from keyflow.plan.event_time import tumbling
 from keyflow.plan.nodes import IntervalJoinNode, JoinNode, LookupJoinNode, WindowJoinNode
 from keyflow.sql.errors import SqlError
 from tests.pipelines import TEST_SPARK
-from tests.streams import read_output
+from tests.streams import read_output, split, write_parts
 
 SECOND = 1_000_000
 TABLES = """
@@ -85,13 +85,6 @@ def test_an_outer_interval_join_takes_time_bounds_and_equalities_only() -> None:
         joins("b.bt BETWEEN c.ts AND c.ts + INTERVAL '1' SECOND AND b.price > 1", how="LEFT JOIN")
 
 
-def write(directory: Path, frame: pd.DataFrame, files: int) -> None:
-    directory.mkdir(parents=True)
-    size = -(-len(frame) // files)
-    for part in range(files):
-        frame.iloc[part * size : (part + 1) * size].to_parquet(directory / f"part-{part}.parquet", index=False)
-
-
 def inputs(tmp_path: Path, files: int) -> tuple[Path, Path]:
     """Clicks and buys of 40 users over 10 minutes, in time order (``files`` per table)."""
     rng = np.random.default_rng(8)
@@ -103,8 +96,8 @@ def inputs(tmp_path: Path, files: int) -> tuple[Path, Path]:
     users = [f"u{n}" for n in rng.integers(0, 40, 1_200)]
     clicks = pd.DataFrame({"user_id": users[:900], "page": rng.choice(["home", "cart"], 900), "ts": times(900)})
     buys = pd.DataFrame({"uid": users[900:], "price": np.round(rng.uniform(1, 90, 300), 2), "bt": times(300)})
-    write(tmp_path / "clicks", clicks, files)
-    write(tmp_path / "buys", buys, files)
+    write_parts(tmp_path / "clicks", split(clicks, files))
+    write_parts(tmp_path / "buys", split(buys, files))
     return tmp_path / "clicks", tmp_path / "buys"
 
 

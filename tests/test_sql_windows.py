@@ -13,7 +13,7 @@ import pytest
 from keyflow import Pipeline
 from keyflow.state.checkpoint import Checkpoint
 from tests.pipelines import TEST_SPARK
-from tests.streams import read_output
+from tests.streams import read_output, split, write_parts
 
 MINUTE = 60_000_000
 START = pd.Timestamp("2026-05-04 10:00:00")
@@ -92,10 +92,7 @@ def write_clicks(directory: Path, files: int) -> pd.DataFrame:
             "ts": (START + pd.to_timedelta(times, unit="ms")).astype("M8[us]"),
         }
     )
-    directory.mkdir(parents=True)
-    size = -(-len(clicks) // files)
-    for part in range(files):
-        clicks.iloc[part * size : (part + 1) * size].to_parquet(directory / f"part-{part}.parquet", index=False)
+    write_parts(directory, split(clicks, files))
     return clicks
 
 

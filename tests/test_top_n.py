@@ -27,7 +27,7 @@ from keyflow.runtime.workers import KeyedRunner, KeyedTask
 from keyflow.state.durable import MemoryState
 from keyflow.state.memory import KeyedStateStore
 from tests.pipelines import TEST_SPARK
-from tests.streams import read_output
+from tests.streams import read_output, split, write_parts
 
 START = pd.Timestamp("2026-01-01 00:00:00")
 ROW = pa.struct([("category", pa.string()), ("id", pa.int64()), ("price", pa.int32())])
@@ -176,10 +176,7 @@ def write_orders(directory: Path, files: int = 3, rows: int = 1_500) -> pd.DataF
         }
     )
     frame.loc[frame.index % 11 == 0, "amount"] = np.nan
-    directory.mkdir(parents=True)
-    size = -(-rows // files)
-    for part in range(files):
-        frame.iloc[part * size : (part + 1) * size].to_parquet(directory / f"part-{part}.parquet", index=False)
+    write_parts(directory, split(frame, files))
     return frame
 
 
@@ -370,11 +367,10 @@ def test_deduplication_ties_go_as_in_flink_across_micro_batches(tmp_path: Path) 
     first row keeps the first batch's, keeping the last the last batch's (Flink's
     RowTimeDeduplicateFunction: a later row of an equal time replaces the kept one)."""
     directory = tmp_path / "orders"
-    directory.mkdir()
-    for part in range(3):
-        rows = pd.DataFrame({"order_id": np.arange(30) + 100 * part, "user_id": [f"u{n}" for n in range(30)],
-                             "amount": np.full(30, float(part)), "ts": np.full(30, START, dtype="M8[us]")})  # fmt: skip
-        rows.to_parquet(directory / f"part-{part}.parquet", index=False)
+    users = [f"u{n}" for n in range(30)]
+    write_parts(directory, (pd.DataFrame({"order_id": np.arange(30) + 100 * part, "user_id": users,
+                                          "amount": np.full(30, float(part)), "ts": np.full(30, START, dtype="M8[us]")})
+                            for part in range(3)))  # fmt: skip
     pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "execution.checkpointing.interval": "0 s"})
     script = (
         f"CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, ts TIMESTAMP(3), WATERMARK FOR ts "
