@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -127,8 +128,8 @@ REFERENCES = {
 JAVA_COUNT_CHAR = "CREATE FUNCTION count_char AS 'com.github.nexmark.flink.udf.CountChar';"
 PYTHON_COUNT_CHAR = "CREATE FUNCTION count_char AS 'tests.udfs.count_char' LANGUAGE PYTHON;"  # q14's, in Python
 # insert-only, a join, aggregates of a join, retracting aggregates, Top-N of a join, deduplication, Top-N numbered,
-# a lookup join
-STREAMED = ("q1", "q3", "q4", "q17", "q20", "q9", "q18", "q19", "q13")
+# a lookup join, partitioned files
+STREAMED = ("q1", "q3", "q4", "q17", "q20", "q9", "q18", "q19", "q13", "q10")
 # Top-N queries whose order has ties in these events: which of the tied rows is kept is not fixed (in Flink
 # neither), so they are compared by these columns, and each row kept must be one of the query's input rows.
 TIES = {"q19": ("SELECT * FROM bid", ["auction", "price", "rank_number"])}
@@ -160,8 +161,20 @@ def test_every_query_is_run_or_refused_before_spark() -> None:
 @pytest.mark.jvm
 @pytest.mark.parametrize("name", sorted(REFERENCES, key=lambda q: int(q[1:])))
 def test_query_equals_duckdb(nexmark_run: Path, name: str) -> None:
-    output = pa.concat_tables(_tables(nexmark_run / f"nexmark_{name}"))
+    output = _output(nexmark_run / f"nexmark_{name}")
     assert_answer(nexmark_run, name, current(output) if OP in output.column_names else output)
+
+
+@pytest.mark.jvm
+def test_q10_writes_partitions_as_published_and_commits_each_at_the_end(nexmark_run: Path) -> None:
+    """q10's sink as Nexmark publishes it: CSV files under ``dt=…/hm=…`` (``:`` escaped, as Flink
+    and Spark escape it), the rows equal DuckDB's (above); a bounded job's end commits every
+    partition, so each holds its ``_SUCCESS`` file (Flink's ``success-file`` policy)."""
+    partitions = _partitions(nexmark_run / "nexmark_q10")
+    minutes = _rows(_duckdb(nexmark_run, "q10").select([5, 6]))
+    assert partitions == {f"dt={day}/hm={minute.replace(':', '%3A')}" for day, minute in minutes}
+    assert len(partitions) == 2  # 100 s of events from 00:00
+    assert all((nexmark_run / "nexmark_q10" / partition / "_SUCCESS").is_file() for partition in partitions)
 
 
 @pytest.mark.jvm
@@ -190,8 +203,18 @@ def test_streamed_queries_survive_a_kill_and_a_restart_at_another_parallelism(
     assert resumed.exit_code == 0, resumed.output
     assert "parallelism 3" in resumed.stdout
     for name in STREAMED:
-        output = pa.concat_tables(_tables(out / f"nexmark_{name}"))
+        output = _output(out / f"nexmark_{name}")
         assert_answer(nexmark_run, name, current(output) if OP in output.column_names else output)
+    # q10's 'partition-time' trigger commits a minute's partition once the watermark (the largest
+    # event time less Nexmark's 4 s) is past its minute's end plus the 1 min delay.
+    events = pq.read_table(nexmark_run / "events", columns=["dateTime"]).column(0).to_pandas()
+    watermark = events.max() - pd.Timedelta(seconds=4) - pd.Timedelta(microseconds=1)
+    partitions = _partitions(out / "nexmark_q10")
+    committed = {p for p in partitions if (out / "nexmark_q10" / p / "_SUCCESS").is_file()}
+    times = {p: pd.Timestamp(p[3:13] + " " + p[-7:].replace("%3A", ":")) for p in partitions}
+    assert committed == {p for p in partitions if watermark > times[p] + pd.Timedelta(minutes=1)}
+    assert committed, "no partition committed: the check would prove nothing"
+    assert committed != partitions  # the last minute stays open
 
 
 def assert_answer(run: Path, name: str, table: pa.Table) -> None:
@@ -267,6 +290,18 @@ def _duckdb(run: Path, name: str, query: str | None = None) -> pa.Table:
         if statement.strip():
             con.execute(statement)
     return con.sql(query or REFERENCES[name]).to_arrow_table()
+
+
+def _output(directory: Path) -> pa.Table:
+    """A query's output files: Parquet, or q10's partitioned CSV (its partition values read back
+    from the directory names)."""
+    if directory.name == "nexmark_q10":
+        return ds.dataset(directory, format="csv", partitioning="hive").to_table()
+    return pa.concat_tables(_tables(directory))
+
+
+def _partitions(directory: Path) -> set[str]:
+    return {str(path.parent.relative_to(directory)) for path in directory.rglob("part-*")}
 
 
 def _tables(directory: Path) -> list[pa.Table]:

@@ -261,11 +261,6 @@ def plan(script: str, **config: object) -> Pipeline:
             r"table 't': WATERMARK FOR ts names no column of the table \['a'\]",
         ),
         (
-            "CREATE TABLE t (a INT, dt STRING) PARTITIONED BY (dt) WITH ('connector' = 'filesystem', 'path' = "
-            "'/tmp/o', 'format' = 'csv');",
-            r"table 't': PARTITIONED BY \(dt\) \(line 1, column \d+\) is not supported yet",
-        ),
-        (
             "CREATE FUNCTION count_char AS 'com.example.CountChar';",
             r"CREATE FUNCTION at line 1, column \d+: count_char AS 'com.example.CountChar' is a Java function; keyflow "
             r"runs Python functions",

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from keyflow.connectors.partition_commit import PartitionCommit
+
 Moves = list[list[str]]
 """Staged output of one micro-batch: ``[staged path, final path]`` pairs, recorded in the
 checkpoint's manifest and made visible by :meth:`StreamingSink.publish`."""
@@ -87,6 +89,20 @@ class AppendOnlySink(Protocol):
 
     @property
     def primary_key(self) -> tuple[str, ...]: ...
+
+
+@runtime_checkable
+class CommitsPartitions(Protocol):
+    """A streaming sink writing partition directories that it marks complete when its
+    ``partition_commit`` (None: no commit policy) says so; the runtime keeps the pending ones
+    in the checkpoint and asks after each micro-batch."""
+
+    @property
+    def partition_commit(self) -> PartitionCommit | None: ...
+
+    def partitions(self, moves: Moves) -> list[str]: ...
+
+    def commit_partitions(self, partitions: list[str]) -> None: ...
 
 
 @runtime_checkable

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from keyflow.connectors.base import Moves
+from keyflow.connectors.partition_commit import PartitionCommit
 from keyflow.errors import DataError, PlanError
 from keyflow.paths import absolute, exists, filesystem, is_uri
 from keyflow.schemas import Type, schema_columns
@@ -85,23 +87,59 @@ def files(
 
 
 class FileSink:
-    """Writes one file per subtask under a directory (replacing what was there)."""
+    """Writes one file per subtask under a directory (replacing what was there); with
+    ``partition_by``, under Hive-style partition directories (``dt=…/hm=…``), which ``commit``
+    (Flink's partition commit) marks complete."""
 
-    def __init__(self, path: str | Path, format: str, options: dict[str, str]) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        format: str,
+        options: dict[str, str],
+        partition_by: tuple[str, ...] = (),
+        commit: PartitionCommit | None = None,
+    ) -> None:
         self.path, self.format = str(path), _check_format(format)
         self.options = {**_WRITE_DEFAULTS[format], **options}
+        self.partition_by, self.partition_commit = partition_by, commit
 
     def describe(self) -> dict[str, Any]:
-        return {"connector": f"files ({self.format})", "path": self.path}
+        described: dict[str, Any] = {"connector": f"files ({self.format})", "path": self.path}
+        if self.partition_by:
+            described["partitioned by"] = list(self.partition_by)
+        return described
+
+    def _writer(self, frame: DataFrame) -> Any:
+        return frame.write.mode("overwrite").format(self.format).options(**self.options).partitionBy(
+            *self.partition_by)  # fmt: skip
 
     def write(self, frame: DataFrame) -> int:
-        """Write ``frame`` and return the number of rows now in the output."""
+        """Write ``frame`` and return the number of rows now in the output; a bounded run's end
+        commits every partition (as Flink's batch sink does)."""
         path = absolute(self.path)
-        frame.write.mode("overwrite").format(self.format).options(**self.options).save(path)
+        self._writer(frame).save(path)
+        if self.partition_commit is not None:
+            files, root = filesystem(path)
+            written = [_relative(info.path, root) for info in _part_files(files, root)]
+            self.commit_partitions(sorted({name.rsplit("/", 1)[0] for name in written}))
         # Read back the way it was written (header or not; quoted newlines in CSV).
         read_options = {**self.options, "multiLine": "true"} if self.format == "csv" else self.options
         reader = frame.sparkSession.read.format(self.format).options(**read_options)
         return reader.schema(frame.schema).load(path).count()
+
+    def partitions(self, moves: Moves) -> list[str]:
+        """The partition directories (relative to the output) that ``moves`` write to."""
+        root = filesystem(absolute(self.path))[1]
+        return sorted({_relative(target, root).rsplit("/", 1)[0] for _, target in moves})
+
+    def commit_partitions(self, partitions: list[str]) -> None:
+        """Flink's ``success-file`` policy: an empty success file in each partition (idempotent)."""
+        if self.partition_commit is None:
+            return
+        files, root = filesystem(absolute(self.path))
+        for partition in partitions:
+            with files.open_output_stream(f"{root}/{partition}/{self.partition_commit.success_file}"):
+                pass
 
     def reset(self) -> None:
         """A new streaming run starts from an empty output directory (like a batch overwrite)."""
@@ -112,7 +150,7 @@ class FileSink:
     def discard_after(self, batch: int) -> None:
         """Remove published output of batches after ``batch`` (the checkpoint does not have them)."""
         files, root = filesystem(absolute(self.path))
-        for info in files.get_file_info(fs.FileSelector(root, allow_not_found=True)):
+        for info in _part_files(files, root):
             name = info.base_name
             if name.startswith("part-b") and name[6:16].isdigit() and int(name[6:16]) > batch:
                 files.delete_file(info.path)
@@ -122,17 +160,15 @@ class FileSink:
         return its row count and the moves that publish it once the checkpoint commits.
         A replayed batch overwrites its own staging directory, so publishing is idempotent."""
         staging = absolute(f"{self.path}/{STAGING}/batch-{batch:010d}")
-        rows = counted_write(frame, lambda observed: observed.write.mode("overwrite").format(self.format).options(
-            **self.options).save(staging))  # fmt: skip
+        rows = counted_write(frame, lambda observed: self._writer(observed).save(staging))
         files, root = filesystem(staging)
         final = filesystem(absolute(self.path))[1]
-        parts = sorted(
-            i.base_name for i in files.get_file_info(fs.FileSelector(root)) if i.base_name.startswith("part-")
-        )
-        moves = [
-            [f"{root}/{name}", f"{final}/part-b{batch:010d}-{number:05d}{name[name.index('.') :]}"]
-            for number, name in enumerate(parts)
-        ]
+        parts = sorted(_relative(info.path, root) for info in _part_files(files, root))
+        moves = []
+        for number, name in enumerate(parts):
+            directory, _, file = name.rpartition("/")
+            target = f"part-b{batch:010d}-{number:05d}{file[file.index('.') :]}"
+            moves.append([f"{root}/{name}", f"{final}/{directory}/{target}" if directory else f"{final}/{target}"])
         return rows, moves
 
     def publish(self, moves: Moves) -> None:
@@ -140,14 +176,37 @@ class FileSink:
         for source, target in moves:
             files, source_path = filesystem(source)
             if exists(files, source_path):
-                files.move(source_path, filesystem(target)[1])
-        for directory in {source.rsplit("/", 1)[0] for source, _ in moves}:
+                target_path = filesystem(target)[1]
+                files.create_dir(target_path.rsplit("/", 1)[0], recursive=True)  # a new partition's directory
+                files.move(source_path, target_path)
+        for directory in {_staged_batch(source) for source, _ in moves}:
             files, path = filesystem(directory)
             if exists(files, path):
                 files.delete_dir(path)
 
 
 STAGING = "_keyflow_staging"
+_STAGED_BATCH = re.compile(rf".*/{STAGING}/batch-\d{{10}}")
+
+
+def _staged_batch(source: str) -> str:
+    """The staging directory of one micro-batch that ``source`` (a staged file) is in."""
+    found = _STAGED_BATCH.match(source)
+    return found.group(0) if found else source.rsplit("/", 1)[0]
+
+
+def _part_files(files: fs.FileSystem, root: str) -> list[fs.FileInfo]:
+    """The data files under ``root``, in partition directories too (not ``_``/``.`` names)."""
+    found = files.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
+    return [
+        info for info in found
+        if info.type == fs.FileType.File and info.base_name.startswith("part-")
+        and not any(part[:1] in "_." for part in _relative(info.path, root).split("/"))
+    ]  # fmt: skip
+
+
+def _relative(path: str, root: str) -> str:
+    return path[len(root.rstrip("/")) + 1 :]
 
 
 def counted_write(frame: DataFrame, write: Any) -> int:

@@ -27,6 +27,13 @@ class ConnectorSpec:
 _SCAN, _SINK = ("scan.parallelism",), ("sink.parallelism",)
 _KAFKA = ("connector", "topic", "properties.bootstrap.servers", "value.format", "key.format", "value.fields-include",
           "sink.delivery-guarantee", "sink.transactional-id-prefix", "scan.rows-per-batch", *_SCAN, *_SINK)  # fmt: skip
+PARTITION_COMMIT = (  # read by keyflow.sql.partitioning
+    "sink.partition-commit.trigger", "sink.partition-commit.delay", "sink.partition-commit.policy.kind",
+    "sink.partition-commit.success-file.name", "sink.partition-commit.watermark-time-zone",
+    "partition.time-extractor.kind", "partition.time-extractor.timestamp-pattern",
+)  # fmt: skip
+# Part files close at every micro-batch, so these upper bounds on how long one stays open hold.
+ROLLING = ("sink.rolling-policy.rollover-interval", "sink.rolling-policy.check-interval")
 _PARSE_ERRORS = tuple(
     f"{side}{format}.ignore-parse-errors" for side in ("", "value.", "key.") for format in ("json", "csv")
 )
@@ -44,7 +51,17 @@ CONNECTORS = {
             "filesystem",
             source=True,
             sink=True,
-            options=("connector", "path", "format", "source.watch", "source.max-files-per-batch", *_SCAN, *_SINK),
+            options=(
+                "connector",
+                "path",
+                "format",
+                "source.watch",
+                "source.max-files-per-batch",
+                *_SCAN,
+                *_SINK,
+                *PARTITION_COMMIT,
+                *ROLLING,
+            ),
             required=("path", "format"),
         ),
         ConnectorSpec(

@@ -50,6 +50,7 @@ class CreateTable:
     computed: tuple[tuple[str, str], ...] = ()  # (name, Spark SQL expression), computed after reading
     watermark: Watermark | None = None
     proctime: tuple[str, ...] = ()  # computed columns AS PROCTIME(): the processing time a row is read at
+    partition_keys: tuple[str, ...] = ()  # PARTITIONED BY: a file sink's partition directories
 
     @property
     def column_names(self) -> list[str]:
@@ -269,13 +270,12 @@ def _create_table(tree: exp.Create) -> CreateTable:
     if missing:
         raise SqlError(f"{where}: PRIMARY KEY column(s) {missing} are not columns of the table {names}")
     options: dict[str, str] = {}
+    partition_keys: tuple[str, ...] = ()
     properties = tree.args.get("properties")
     for prop in properties.expressions if properties else []:
         if isinstance(prop, exp.PartitionedByProperty):
-            raise SqlError(
-                f"{where}: PARTITIONED BY {prop.this.sql(dialect=DIALECT)} ({position(prop)}) is not supported yet; "
-                "write the partition columns as ordinary columns (a partitioned file sink is planned)"
-            )
+            partition_keys = _partition_keys(prop, [column.name for column in columns], where)
+            continue
         if not isinstance(prop, exp.Property):
             raise SqlError(
                 f"{where}: {prop.sql(dialect=DIALECT)!r} is not supported; give options in WITH ('key' = 'value')"
@@ -293,7 +293,26 @@ def _create_table(tree: exp.Create) -> CreateTable:
     if watermark is not None and watermark.column.lower() in {column.lower() for column in proctime}:
         raise SqlError(f"{where}: WATERMARK FOR {watermark.column} declares event time on a PROCTIME() column; "
                        "declare it on a timestamp column of the data (processing time needs no watermark)")  # fmt: skip
-    return CreateTable(name, tuple(columns), primary_key, options, where, tuple(computed), watermark, proctime)
+    return CreateTable(
+        name, tuple(columns), primary_key, options, where, tuple(computed), watermark, proctime, partition_keys
+    )
+
+
+def _partition_keys(prop: exp.PartitionedByProperty, physical: list[str], where: str) -> tuple[str, ...]:
+    """PARTITIONED BY (a, b): physical columns, each once, not all of them (a partitioned file
+    holds the other columns; the partition's values are its directory names)."""
+    said = f"PARTITIONED BY {prop.this.sql(dialect=DIALECT)} ({position(prop)})"
+    keys = tuple(item.name for item in prop.this.expressions)
+    if not all(isinstance(item, (exp.Identifier, exp.Column)) for item in prop.this.expressions):
+        raise SqlError(f"{where}: {said} takes column names, as in Flink: PARTITIONED BY (dt, hm)")
+    unknown = [key for key in keys if key not in physical]
+    if unknown:
+        raise SqlError(f"{where}: {said} names {unknown}, not physical columns of the table {physical}")
+    if len(set(keys)) < len(keys):
+        raise SqlError(f"{where}: {said} names a column twice")
+    if len(keys) == len(physical):
+        raise SqlError(f"{where}: {said} partitions by every column; leave at least one column in the files")
+    return keys
 
 
 def _computed(item: exp.ColumnDef) -> exp.ComputedColumnConstraint | None:

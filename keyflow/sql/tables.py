@@ -52,6 +52,8 @@ def _source(table: CreateTable) -> Source:
     spec = check_options(table)
     if not spec.source:
         raise SqlError(f"{table.where} (connector {spec.name!r}) can only be written to, not read FROM")
+    if spec.name != "filesystem":
+        _not_partitioned(table, spec.name)
     if spec.name == "datagen":
         return _datagen(table)
     if spec.name == "filesystem":
@@ -77,14 +79,22 @@ def sink_of(table: CreateTable) -> Sink:
         raise SqlError(f"{table.where} (connector {spec.name!r}) can only be read FROM, not written to")
     if spec.name == "filesystem":
         from keyflow.connectors.files import FileSink
+        from keyflow.sql.partitioning import partition_commit_of
 
         format = choice_option(table, "format", ("parquet", "json", "csv"), "parquet")
-        return FileSink(table.options["path"], format, {})
+        return FileSink(table.options["path"], format, {}, table.partition_keys, partition_commit_of(table))
+    _not_partitioned(table, spec.name)
     if spec.name in ("kafka", "upsert-kafka"):
         return _kafka_sink(table)
     from keyflow.connectors.console import blackhole, print_rows
 
     return print_rows(table.options.get("print-identifier")) if spec.name == "print" else blackhole()
+
+
+def _not_partitioned(table: CreateTable, connector: str) -> None:
+    if table.partition_keys:
+        raise SqlError(f"{table.where}: PARTITIONED BY {list(table.partition_keys)} is for 'filesystem' tables "
+                       f"(partition directories); connector {connector!r} has no partitions to declare")  # fmt: skip
 
 
 def _log(table: CreateTable, mode: str | None) -> Source:

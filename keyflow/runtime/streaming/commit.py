@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from keyflow.config import CHECKPOINTS_NUM_RETAINED, COMPACTION_MAX_DELTAS, PRE_KEYED_VERIFY
-from keyflow.connectors.base import StreamingSink
+from keyflow.connectors.base import CommitsPartitions, Moves, StreamingSink
 from keyflow.errors import RestoreError
 from keyflow.paths import exists, filesystem
 from keyflow.plan.compile import CompiledPlan
@@ -94,7 +94,7 @@ def commit_micro_batch(
     try:
         # Every sink consumes its input in full, so each keyed subtask runs to its end and
         # writes its state file once (operators read by several sinks are persisted).
-        outputs, staged = _stage_outputs(builder, batch)
+        outputs, staged = _stage_outputs(builder, batch, stream.manifest, time_now)
         fault("after-sink-write", batch)
         written: list[StateFile] = []
         operators = {}
@@ -145,16 +145,20 @@ def keyed_state(stream: StreamState, batch: int) -> dict[str, CheckpointedState]
     return state
 
 
-def _stage_outputs(builder: FrameBuilder, batch: int) -> tuple[dict[str, int], list[dict[str, object]]]:
-    """Every sink, dead-letter sinks included, writes the batch where readers do not see it yet."""
+def _stage_outputs(
+    builder: FrameBuilder, batch: int, previous: Manifest | None, time_now: TaskTime
+) -> tuple[dict[str, int], list[dict[str, object]]]:
+    """Every sink, dead-letter sinks included, writes the batch where readers do not see it yet
+    (with the partitions it will commit once the batch commits)."""
     outputs: dict[str, int] = {}
     staged: list[dict[str, object]] = []
     plan = builder.plan
+    before = {entry["uid"]: entry for entry in previous.sinks} if previous else {}
 
     def stage(uid: str, label: str, sink: StreamingSink, frame: DataFrame, node: Node) -> None:
         rows, moves = builder.guarded(lambda: sink.stage(frame, batch), node)
         outputs[label] = rows
-        staged.append({"uid": uid, "moves": moves})
+        staged.append({"uid": uid, "moves": moves, **_partition_commits(sink, moves, before.get(uid), time_now)})
 
     for sink in plan.sinks:
         stage(plan.uid(sink.id), sink.name, sink.sink, builder.frame(sink.id), sink)
@@ -164,6 +168,20 @@ def _stage_outputs(builder: FrameBuilder, batch: int) -> tuple[dict[str, int], l
         label, sink = by_uid[uid]
         stage(uid, label, sink, letters.rows, letters.node)
     return outputs, staged
+
+
+def _partition_commits(
+    sink: StreamingSink, moves: Moves, previous: dict[str, Any] | None, time_now: TaskTime
+) -> dict[str, Any]:
+    """A partitioned sink's partitions to commit after this batch, and those left pending."""
+    if not isinstance(sink, CommitsPartitions) or sink.partition_commit is None:
+        return {}
+    watermark = None if time_now.watermark == NO_WATERMARK else time_now.watermark
+    commit, pending = sink.partition_commit.due(
+        list((previous or {}).get("pending", [])), sink.partitions(moves), watermark, time_now.processing_time,
+        time_now.end_of_input,
+    )  # fmt: skip
+    return {"commit": commit, "pending": pending}
 
 
 def _late_counts(builder: FrameBuilder) -> dict[str, int]:
@@ -192,4 +210,7 @@ def publish(plan: CompiledPlan, manifest: Manifest) -> None:
                 "once more (it publishes on start), then change the pipeline"
             )
         if staged["uid"] in outputs:
-            outputs[staged["uid"]][1].publish(staged["moves"])
+            sink = outputs[staged["uid"]][1]
+            sink.publish(staged["moves"])
+            if staged.get("commit") and isinstance(sink, CommitsPartitions):
+                sink.commit_partitions(staged["commit"])
