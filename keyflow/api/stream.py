@@ -319,6 +319,25 @@ class KeyedStream:
         node_id = stream._builder.rank(stream.node_id, self._keying, order, n, row_number, name=name)
         return stream._then(node_id)
 
+    def over(self, preceding: Any = None, *, rows: bool = False, name: str = "over", **aggregations: str) -> Stream:
+        """Flink's OVER aggregation: each row with ``aggregations`` (``total="sum(amount)"``:
+        count, sum, avg, min, max) over its key's rows up to it in event time (the source's
+        watermark column). ``preceding``: None for all earlier rows (UNBOUNDED PRECEDING), a
+        duration (``'10 min'``: RANGE, rows of an event time at most that much earlier), or with
+        ``rows=True`` a number of earlier rows (ROWS n PRECEDING). Over an unbounded source a
+        row is emitted once the watermark passes it; rows at or before a time its key already
+        emitted are late, dropped and counted."""
+        if rows and preceding is not None and (isinstance(preceding, bool) or not isinstance(preceding, int)):
+            raise PlanError(f"{name}: over(preceding={preceding!r}, rows=True) counts rows; give a whole number")
+        if not rows and isinstance(preceding, int) and not isinstance(preceding, bool):
+            raise PlanError(f"{name}: over(preceding={preceding!r}) is a time range; give a duration such as "
+                            f"'{preceding} s', or rows=True to count {preceding} rows")  # fmt: skip
+        reach = preceding if rows or preceding is None else duration(preceding, "preceding")
+        stream = self._stream
+        frame = nodes.OverFrame(rows=rows, preceding=reach)
+        node_id = stream._builder.over(stream.node_id, self._keying, None, aggregations, frame, name=name)
+        return stream._then(node_id)
+
     def connect(self, other: KeyedStream) -> ConnectedStreams:
         """This keyed stream and ``other`` in one operator with one keyed state (Flink's
         ``connect``): both are routed by the same key groups, so the state of a key sees the

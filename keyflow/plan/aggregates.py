@@ -118,6 +118,17 @@ def retractable(operator: str, calls: tuple[AggregateCall, ...], where: str) -> 
     return tuple(found)
 
 
+def over_calls(operator: str, calls: tuple[AggregateCall, ...]) -> tuple[AggregateCall, ...]:
+    """The calls of an OVER aggregation: count, sum, avg, min or max of one argument (no
+    DISTINCT, no FILTER), as Flink's streaming OVER aggregates without retraction."""
+    found = retractable(operator, calls, "in an OVER aggregation")
+    distinct = [call for call in found if call.function == "count_distinct"]
+    if distinct:
+        raise PlanError(f"operator {operator!r}: aggregate {distinct[0].name}={distinct[0].expression!r}: "
+                        "COUNT(DISTINCT …) OVER is not supported yet; count distinct values in a GROUP BY")  # fmt: skip
+    return found
+
+
 def _call(name: str, expression: str, tree: exp.Expr) -> AggregateCall:
     columns = read_columns(tree)
     while isinstance(tree, (exp.Paren, exp.IgnoreNulls, exp.RespectNulls)):  # as Spark's parser reads them

@@ -30,6 +30,7 @@ from keyflow.connectors.base import (
 )
 from keyflow.errors import PlanError, positive_option
 from keyflow.plan import nodes
+from keyflow.plan.aggregates import over_calls, parse_aggregations
 from keyflow.plan.columns import (
     event_time_at,
     join_clash_message,
@@ -337,6 +338,39 @@ class PlanBuilder:
             time_ordered=time_ordered,
             window_end=window_end,
         )
+
+    def over(
+        self,
+        input_id: int,
+        keying: Keying,
+        order: str | None,
+        aggregations: Mapping[str, str],
+        frame: nodes.OverFrame,
+        name: str = "over",
+    ) -> int:
+        """Flink's OVER aggregation: each row with ``aggregations`` over its key's rows in
+        ``frame``, ordered by the event-time column ``order`` (None: the input's; as Flink's
+        streaming OVER: a time attribute, ascending); rows are emitted once the watermark
+        passes them."""
+        if not aggregations or not all(isinstance(e, str) and e.strip() for e in aggregations.values()):
+            raise aggregations_needed(aggregations)
+        if frame.preceding is not None and (isinstance(frame.preceding, bool) or frame.preceding < 0):
+            raise PlanError(f"{name}: the frame reaches back {frame.preceding!r}; give a number >= 0 or None "
+                            "(UNBOUNDED PRECEDING)")  # fmt: skip
+        event_time = event_time_at(self.operators, input_id)
+        if event_time is None or (order or event_time).lower() != event_time.lower():
+            has = f"its event-time column is {event_time!r}" if event_time else "its input has no event time"
+            raise PlanError(f"{name}: OVER … ORDER BY {order}: an OVER aggregation is ordered by the event time "
+                            f"(the source's WATERMARK column), ascending, as in Flink; {has}")  # fmt: skip
+        if self.is_changelog(input_id):
+            raise PlanError(f"{name}: its input {self.node(input_id).name!r} is a changelog (it updates or retracts "
+                            "rows); an OVER aggregation takes insert-only rows, as in Flink")  # fmt: skip
+        clash = set(aggregations) & set(output_columns(self._nodes, input_id, {}) or ())
+        if clash:
+            raise PlanError(f"{name}: aggregate output {sorted(clash)} has the name of an input column; rename it")
+        over_calls(name, parse_aggregations(aggregations))  # an unsupported aggregate fails here
+        return self._add(nodes.OverNode, (input_id,), name, None, **keying.fields(), order=event_time,
+                         frame=frame, aggregations=dict(aggregations))  # fmt: skip
 
     def _ranked_windows(self, input_id: int, keys: Sequence[str]) -> str | None:
         """The window end column where ``keys`` hold ``window_start`` and ``window_end`` of a

@@ -32,6 +32,7 @@ from keyflow.plan.nodes import (
     MapBatchesNode,
     Node,
     NormalizeNode,
+    OverNode,
     ProcessNode,
     RankNode,
     SelectNode,
@@ -87,6 +88,8 @@ def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) ->
     if isinstance(node, RankNode):
         ranked = {node.rank_column: "bigint"} if node.rank_column else {}
         return {**upstream, **ranked, **({OP: "string"} if node.changelog else {})}
+    if isinstance(node, OverNode):
+        return {**upstream, **dict.fromkeys(node.aggregations)}
     if isinstance(node, NormalizeNode):
         return None  # internal columns (offsets, deletes) are dropped at run time
     return upstream

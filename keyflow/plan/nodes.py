@@ -363,6 +363,36 @@ class RankNode(KeyedNode):
         return described
 
 
+@dataclass(frozen=True)
+class OverFrame:
+    """An OVER window's frame, ending at the current row: ``rows`` (ROWS) or by time (RANGE);
+    ``preceding``: how far back, in rows or microseconds (None: UNBOUNDED PRECEDING)."""
+
+    rows: bool = False
+    preceding: int | None = None
+
+    def describe(self) -> str:
+        unit = "" if self.rows else " µs"
+        start = "UNBOUNDED" if self.preceding is None else f"{self.preceding}{unit}"
+        return f"{'ROWS' if self.rows else 'RANGE'} BETWEEN {start} PRECEDING AND CURRENT ROW"
+
+
+@dataclass(frozen=True, eq=False)
+class OverNode(KeyedNode):
+    """Flink's OVER aggregation: each row of the (insert-only) input with ``aggregations``
+    over its key's rows in the ``frame`` ordered by the event-time column ``order``. Rows are
+    emitted once the watermark passes them (rows of an equal time together), insert-only."""
+
+    order: str = ""
+    frame: OverFrame = field(default_factory=OverFrame)
+    aggregations: Mapping[str, str] = field(default_factory=dict)
+    kind: ClassVar[str] = "over"
+
+    def describe(self) -> dict[str, Any]:
+        return {"keys": list(self.keys), "order": self.order, "frame": self.frame.describe(),
+                "aggregations": dict(self.aggregations)}  # fmt: skip
+
+
 JOIN_TYPES = ("inner", "left", "right", "full")
 
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import ClassVar
 
-from keyflow.plan.aggregates import AggregateCall, mergeable, parse_aggregations, retractable
+from keyflow.plan.aggregates import AggregateCall, mergeable, over_calls, parse_aggregations, retractable
 from keyflow.plan.event_time import WindowAssigner, timer_state
 from keyflow.plan.nodes import (
     AggregateNode,
@@ -22,6 +22,7 @@ from keyflow.plan.nodes import (
     JoinNode,
     KeyedNode,
     NormalizeNode,
+    OverNode,
     ProcessNode,
     RankNode,
     WindowAggregateNode,
@@ -240,6 +241,29 @@ class Deduplicate(AppendOnlyTopN):
     an earlier one does."""
 
 
+@dataclass(frozen=True, eq=False)
+class OverAggregate(KeyedOperator):
+    """Batch OVER aggregation: Spark's window functions over each key's rows in time order,
+    then the exchange by key group; no state."""
+
+    node: OverNode
+    calls: tuple[AggregateCall, ...]
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        described = ", ".join(f"{call.function}({call.argument or '*'})" for call in self.calls)
+        return (("frame", f"{self.node.frame.describe()} ORDER BY {self.node.order}: {described}"),)
+
+
+@dataclass(frozen=True, eq=False)
+class RowTimeOverAggregate(OverAggregate):
+    """Flink's RowTime*PrecedingFunction: each key's rows wait in state until the watermark
+    passes them; then, in time order (rows of an equal time together for RANGE), each gets
+    the aggregates of its frame. State keeps what later frames still need: an unbounded
+    frame's running partials, a bounded one's last rows (ROWS) or rows within its reach (RANGE)."""
+
+    layout: ClassVar[StateLayout] = StateLayout.OVER_ROWS
+
+
 def window_contents(assigner: WindowAssigner) -> tuple[str, str]:
     """The windows a window operator's state is cut by (a restore with other windows is refused)."""
     return "window", json.dumps(assigner.describe(), sort_keys=True)
@@ -269,6 +293,9 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
         if node.window_end is not None and stateful:
             return WindowRank(node)
         return (Deduplicate if node.deduplicates else AppendOnlyTopN)(node) if node.changelog else Rank(node)
+    if isinstance(node, OverNode):
+        calls = over_calls(node.name, parse_aggregations(node.aggregations))
+        return RowTimeOverAggregate(node, calls) if stateful else OverAggregate(node, calls)
     if not isinstance(node, AggregateNode):
         raise AssertionError(f"no physical kind for {node.kind} {node.name!r}")
     calls = parse_aggregations(node.aggregations)

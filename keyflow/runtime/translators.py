@@ -53,8 +53,10 @@ from keyflow.runtime.operators import (
     map_in_arrow,
     session_timezone,
 )
+from keyflow.runtime.over import TIME as OVER_TIME
+from keyflow.runtime.over import OverRows, argument_column, over_batch, partial_fields, result_type
 from keyflow.runtime.ranks import RankShape, TopNRows, WindowTopNRows
-from keyflow.runtime.window_assign import EVENT_MICROS, field_micros, split_late, with_windows
+from keyflow.runtime.window_assign import EVENT_MICROS, event_micros, field_micros, split_late, with_windows
 from keyflow.runtime.windows import (
     END_MICROS,
     ROW_COUNT,
@@ -524,6 +526,41 @@ def _window_top_n(operator: physical.WindowRank, frame: DataFrame, context: Keye
     return context.run(exchanged, function, output, function.state_of(shape), ())
 
 
+def _over(operator: physical.OverAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """Batch: Spark's window functions over each key's rows, then the exchange by key group."""
+    node = operator.node
+    return context.exchange(over_batch(frame, node.keys, node.order, node.frame, operator.calls), keep_key_group=False)
+
+
+def _row_time_over(operator: physical.RowTimeOverAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """Streaming: each key's rows wait in state for the watermark (``keyflow.runtime.over``)."""
+    node, calls = operator.node, operator.calls
+    columns = [c for c in frame.columns if c != KEY_GROUP_COLUMN]
+    arguments = {argument_column(c): F.expr(c.argument) for c in calls if c.argument is not None}
+    prepared = frame.drop(KEY_GROUP_COLUMN).withColumns({OVER_TIME: event_micros(node.order), **arguments})
+    types = to_arrow_schema(prepared.schema, timezone=session_timezone(frame))
+    argument_types = {c.name: types.field(argument_column(c)).type if c.argument else None for c in calls}
+    for call in calls:
+        kind = argument_types[call.name]
+        numeric = kind is not None and (pa.types.is_integer(kind) or pa.types.is_floating(kind))
+        ordered = kind is not None and (pa.types.is_timestamp(kind) or pa.types.is_date(kind))
+        if call.function != "count" and not (numeric or (ordered and call.function in ("min", "max"))):
+            raise PlanError(
+                f"operator {node.name!r}: {call.expression} OVER reads a {kind} value; a streaming OVER aggregation "
+                "sums and averages integers and floating point numbers, and takes MIN/MAX of those and of times "
+                "(CAST a DECIMAL to DOUBLE)"
+            )
+    partials = [pa.field(OVER_TIME, pa.int64())]
+    partials += [f for c in calls for f in partial_fields(c, argument_types[c.name])]
+    row_type, partials_type = pa.struct(list(types)), pa.struct(partials)
+    output = pa.schema([*(types.field(c) for c in columns),
+                        *(pa.field(c.name, result_type(c, argument_types[c.name])) for c in calls)])  # fmt: skip
+    late = context.late_accumulator(node) if context.late_accumulator is not None else None
+    function = OverRows(calls, node.frame, row_type, partials_type, output, late)
+    exchanged = context.exchange(prepared, keep_key_group=True)
+    return context.run(exchanged, function, output, OverRows.state(row_type, partials_type), ())
+
+
 def _rank_shape(operator: physical.Rank, frame: DataFrame) -> tuple[RankShape, pa.Schema]:
     """What a streaming Top-N keeps (rows of the input's columns) and its output without row kinds."""
     node = operator.node
@@ -557,4 +594,6 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.AppendOnlyTopN: _top_n,
     physical.Deduplicate: _top_n,
     physical.WindowRank: _window_top_n,
+    physical.OverAggregate: _over,
+    physical.RowTimeOverAggregate: _row_time_over,
 }

@@ -29,6 +29,7 @@ from keyflow.sql.errors import SqlError, position
 from keyflow.sql.functions import spark_sql
 from keyflow.sql.intervals import interval_bounds, is_time_equality
 from keyflow.sql.options import parallelism_option
+from keyflow.sql.over import Over, inline_named_windows, over_aggregates, read_over
 from keyflow.sql.scope import Relation, Side, belongs, expand_star, own_nodes, resolve, resolve_trees
 from keyflow.sql.statements import DIALECT, interval_micros, is_proctime
 from keyflow.sql.tables import quoted, source_of
@@ -76,6 +77,7 @@ class QueryPlanner:
         """The node of ``query`` and the names of its columns (a changelog's ``op`` aside).
         Its operators are named after ``into`` (the sink table), so their ids stay stable.
         ``top_n``: the outer query keeps the first rows by this query's ``ROW_NUMBER()``."""
+        inline_named_windows(query)
         for arg, construct in _UNSUPPORTED.items():
             if query.args.get(arg):
                 raise SqlError(f"{construct} at {position(query.args[arg])} is not supported in keyflow SQL"
@@ -86,7 +88,8 @@ class QueryPlanner:
         relation = self.relation(source.this, into, query)
         for join in query.args.get("joins") or []:
             relation = self._joined(relation, join, query, into)
-        _refuse_in_expressions(query, top_n.window if top_n else None)
+        over = over_aggregates(query.expressions)
+        _refuse_in_expressions(query, [*([top_n.window] if top_n else []), *over])
         written = expand_star([e.copy() for e in query.expressions], relation)
         resolve(query, relation)
         _group_window(query, relation, self.builder)
@@ -105,6 +108,15 @@ class QueryPlanner:
             node_id = self.builder.filter(node_id, spark_sql(where.this), name=f"where ({into})")
         expressions = expand_star(query.expressions, relation)
         grouped = query.args.get("group")
+        if over:
+            if top_n or grouped is not None or relation.window is not None or query.args.get("distinct") or any(
+                isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Window) for e in expressions
+                for n in e.walk()
+            ):  # fmt: skip
+                raise SqlError(f"OVER at {position(over[0])} in a query with GROUP BY, other aggregates, "
+                               "windows, DISTINCT or a row number is not supported; aggregate OVER in a query of "
+                               "its own")  # fmt: skip
+            return self._over(node_id, *read_over(expressions), names, into)
         aggregated = any(isinstance(n, exp.AggFunc) for e in expressions for n in e.walk())
         if top_n is not None:
             if grouped is not None or aggregated or relation.window is not None or query.args.get("distinct"):
@@ -592,6 +604,27 @@ class QueryPlanner:
         )
         return node_id, [n for i, n in enumerate(names) if i != at or top_n.numbered]
 
+    def _over(
+        self, node_id: int, over: Over, expressions: list[exp.Expr], names: list[str], into: str
+    ) -> tuple[int, list[str]]:
+        """Flink's OVER aggregation keyed by the partition (expressions other than columns
+        computed first), then the select list reading the aggregates as columns."""
+        keys, computed = [], []
+        for index, key in enumerate(over.partition):
+            if isinstance(key, exp.Column) and not key.table:
+                keys.append(key.name)
+            else:
+                keys.append(f"__over_key{index}")
+                computed.append(f"{spark_sql(key)} AS {quoted(keys[-1])}")
+        if computed:
+            node_id = self.builder.select(node_id, ["*", *computed], name=f"over keys ({into})")
+        try:
+            node_id = self.builder.over(node_id, self.builder.key_by(keys), over.order.name, over.calls, over.frame,
+                                        name=f"over ({into})")  # fmt: skip
+        except PlanError as error:
+            raise SqlError(f"OVER at {position(over.window)}: {error}") from None
+        return self._project(node_id, expressions, names, into), names
+
     def _project(self, node_id: int, expressions: list[exp.Expr], names: list[str], into: str) -> int:
         """The select list, named ``names``; a changelog keeps its row kinds, and a PROCTIME()
         column (made here, or passed on) stays one."""
@@ -761,12 +794,12 @@ def _group_window(query: exp.Select, relation: Relation, builder: PlanBuilder) -
         query.set("having", query.args["having"].transform(bounds))
 
 
-def _refuse_in_expressions(query: exp.Select, top_n: exp.Window | None) -> None:
+def _refuse_in_expressions(query: exp.Select, allowed: list[exp.Window]) -> None:
     """Constructs inside this query's own expressions (not its FROM) keyflow does not run yet;
-    ``top_n``: the ROW_NUMBER an outer query filters (a Top-N), the one window allowed."""
+    ``allowed``: the windows it runs (the ROW_NUMBER an outer query filters, OVER aggregates)."""
     for tree in own_nodes(query):
         for node in tree.walk():
-            if isinstance(node, exp.Window) and node is not top_n:
+            if isinstance(node, exp.Window) and not any(node is window for window in allowed):
                 raise SqlError(_window_refusal(node))
             if isinstance(node, (exp.Subquery, exp.Select)):
                 raise SqlError(f"a subquery at {position(node)} is not supported in an expression; read it in "
