@@ -11,9 +11,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from keyflow import Pipeline
+from keyflow.connectors.files import FileSink
 from keyflow.connectors.partition_commit import PartitionCommit
 from keyflow.errors import DataError
 from keyflow.sql.errors import SqlError
@@ -68,6 +70,8 @@ def test_loads_pending_partitions_when_restored_and_commits_them_at_the_end_of_i
         (None, "UTC", "day=2026-3-1 7%3A05%3A09.25/x=1", "2026-03-01 07:05:09.25"),
         ("$dt $hm:00", "Asia/Tokyo", P1, "2026-03-01 03:01"),  # read in the watermark's time zone
         ("$dt", "UTC", "hm=x/dt=2026-12-31", "2026-12-31"),  # by name, not position
+        ("$dt $hm:00", "GMT-08:00", P1, "2026-03-01 20:01"),  # an offset, as Java's ZoneId reads one
+        (None, "UTC", "dt=2026-02-30", "2026-03-02"),  # leniently, as Flink's extractor
     ],
 )
 def test_default_part_time_extractor(pattern: str | None, zone: str, partition: str, expected: str) -> None:
@@ -78,6 +82,20 @@ def test_default_part_time_extractor(pattern: str | None, zone: str, partition: 
 def test_a_partition_time_that_is_no_time_names_the_option() -> None:
     with pytest.raises(DataError, match=r"'hm=12%3A00'.*'partition.time-extractor.timestamp-pattern'"):
         PartitionCommit(("hm",), "partition-time").partition_time("hm=12%3A00")
+    with pytest.raises(DataError, match=r"hm is null or empty, .* filter those rows \(WHERE hm IS NOT NULL"):
+        BY_TIME.partition_time("dt=2026-03-01/hm=__HIVE_DEFAULT_PARTITION__")
+
+
+def test_a_restore_withdraws_commits_of_partitions_pending_or_emptied(tmp_path: Path) -> None:
+    """Restored from an older checkpoint, the files of later batches are gone: a partition
+    pending as of the checkpoint, or left without data, loses its success file."""
+    for partition, data in (("dt=a", True), ("dt=b", False), ("dt=c", True)):
+        (tmp_path / partition).mkdir()
+        (tmp_path / partition / "_SUCCESS").write_text("")
+        if data:
+            (tmp_path / partition / "part-b0000000000-00000.csv").write_text("x\n1\n")
+    FileSink(tmp_path, "csv", {}, ("dt",), PartitionCommit(("dt",))).withdraw_commits(["dt=c"])
+    assert {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("_SUCCESS")} == {"dt=a/_SUCCESS"}
 
 
 def clicks(rows: int = 900, seed: int = 4) -> pd.DataFrame:
@@ -102,15 +120,16 @@ BY_PARTITION_TIME = (", 'sink.partition-commit.trigger' = 'partition-time', 'sin
 CONFIG = {**TEST_SPARK, "spark.sql.session.timeZone": "UTC", "execution.checkpointing.interval": "0 s"}
 
 
-def expected_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """pandas' answer: each click with its day and minute."""
-    return frame.assign(dt=frame["ts"].dt.strftime("%Y-%m-%d"), hm=frame["ts"].dt.strftime("%H:%M"))
+def expected_rows(frame: pd.DataFrame, zone: str = "UTC") -> pd.DataFrame:
+    """pandas' answer: each click (its time in UTC) with its day and minute in ``zone``."""
+    local = frame["ts"].dt.tz_localize("UTC").dt.tz_convert(zone)
+    return frame.assign(dt=local.dt.strftime("%Y-%m-%d"), hm=local.dt.strftime("%H:%M"))
 
 
 def read_partitioned(path: Path, format: str) -> pd.DataFrame:
     """The sink's files as pyarrow reads Hive-style directories (values from the names)."""
     frame = ds.dataset(path, format=format, partitioning="hive").to_table().to_pandas()
-    frame["ts"] = frame["ts"].dt.tz_localize(None) if frame["ts"].dt.tz is not None else frame["ts"]
+    frame["ts"] = frame["ts"].dt.tz_convert("UTC").dt.tz_localize(None) if frame["ts"].dt.tz else frame["ts"]
     return frame
 
 
@@ -144,16 +163,19 @@ def test_bounded_partitioned_sink_equals_pandas(tmp_path: Path, format: str, com
     assert_same(read_partitioned(tmp_path / "out", format), expected_rows(frame))
     assert len(partitions(tmp_path / "out")) == 6
     assert committed(tmp_path / "out") == (partitions(tmp_path / "out") if commit else set())
-    header = next((tmp_path / "out").rglob("part-*")).read_bytes()[:30]
-    assert b"dt" not in header
+    written = next((tmp_path / "out").rglob("part-*"))
+    columns = pq.read_schema(written).names if format == "parquet" else written.read_text().splitlines()[0].split(",")
+    assert columns == ["user_id", "amount", "ts"]  # the partition values are in the directory names only
 
 
 @pytest.mark.jvm
-def test_streamed_partition_time_commit_across_a_restart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_streamed_partition_time_commit_across_a_restart(tmp_path: Path, zone: str) -> None:
     """Two micro-batches, then a restart that reads a third file: after each run exactly the
     partitions whose minute plus the 1 min delay the watermark passed hold ``_SUCCESS``; those
     pending at the first run's end are restored from the checkpoint and committed later; the
-    rows are pandas' answer, each once."""
+    rows are pandas' answer, each once. The partitions are named in the session's time zone
+    (DATE_FORMAT's), and their times are read in it."""
     frame = clicks()
     parts = split(frame, 3)
     write_parts(tmp_path / "in", parts[:2])
@@ -164,17 +186,17 @@ def test_streamed_partition_time_commit_across_a_restart(tmp_path: Path) -> None
         if run == 2:
             write_parts(tmp_path / "more", [parts[2]])
             (tmp_path / "more" / "part-0.parquet").rename(tmp_path / "in" / "part-2.parquet")
-        pipeline = Pipeline(parallelism=2, config=CONFIG)
+        pipeline = Pipeline(parallelism=2, config={**CONFIG, "spark.sql.session.timeZone": zone})
         pipeline.sql(script)
         pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
         rows = pd.concat(seen)
-        watermark = rows["ts"].max() - pd.Timedelta(seconds=5) - pd.Timedelta(microseconds=1)
-        due = {p for p in partitions(out) if watermark > pd.Timestamp(p[3:13] + " " + p[-7:].replace("%3A", ":"))
-               + pd.Timedelta(minutes=1)}  # fmt: skip
+        watermark = (rows["ts"].max() - pd.Timedelta(seconds=5) - pd.Timedelta(microseconds=1)).tz_localize("UTC")
+        named = {p: pd.Timestamp(p[3:13] + " " + p[-7:].replace("%3A", ":")).tz_localize(zone) for p in partitions(out)}
+        due = {p for p, time in named.items() if watermark > time + pd.Timedelta(minutes=1)}
         assert committed(out) == due, run
         assert due, "nothing committed: the check would prove nothing"
         assert due != partitions(out), "everything committed: the trigger would not be tested"
-        assert_same(read_partitioned(out, "csv"), expected_rows(rows))
+        assert_same(read_partitioned(out, "csv"), expected_rows(rows, zone))
 
 
 def sink_error(table: str, tmp_path: Path) -> str:
@@ -195,6 +217,8 @@ COLUMNS = "CREATE TABLE out (user_id STRING, amount BIGINT, ts TIMESTAMP(3)) "
          r"PARTITIONED BY \(region\) \(line 4, column \d+\) names \['region'\], not physical columns of the table "
          r"\['user_id', 'amount', 'ts'\]"),
         (COLUMNS + "PARTITIONED BY (user_id, user_id) " + FILES.format(""), "names a column twice"),
+        ("CREATE TABLE out (user_id STRING, amount BIGINT, ts TIMESTAMP(3), _day STRING) PARTITIONED BY (_day) "
+         + FILES.format(""), r"names \['_day'\]: directories starting with '_' or '.' are hidden from readers"),
         (COLUMNS + "PARTITIONED BY (user_id, amount, ts) " + FILES.format(""),
          "partitions by every column; leave at least one column in the files"),
         (COLUMNS + "PARTITIONED BY (user_id) WITH ('connector' = 'blackhole')",

@@ -125,7 +125,7 @@ def plan(script: str, **config: object) -> Pipeline:
             ORDERS.format(extra="")
             + OUT.format(extra="")
             + "INSERT INTO out SELECT user_id, SUM(amount) OVER (PARTITION BY user_id) FROM orders;",
-            r"OVER at line 3, column \d+ is not supported in keyflow SQL yet \(an OVER aggregation",
+            r"OVER at line 3, column \d+ must be ORDER BY the event-time column \(the WATERMARK column\), ascending",
         ),
         (
             ORDERS.format(extra="") + OUT.format(extra="") + "INSERT INTO out SELECT user_id, amount FROM orders "
@@ -248,9 +248,10 @@ def plan(script: str, **config: object) -> Pipeline:
             r"a subquery at line 3, column \d+ is not supported in an expression; read it in FROM \(SELECT …\)",
         ),
         (
-            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT c.user_id, SUM(c.amount) OVER (PARTITION BY "
+            CLICKS + OUT.format(extra="") + "INSERT INTO out SELECT c.user_id, LAG(c.amount) OVER (PARTITION BY "
             "c.user_id ORDER BY c.ts) FROM clicks c;",
-            r"OVER at line 3, column \d+ is not supported in keyflow SQL yet \(an OVER aggregation",
+            r"LAG\(c.amount\) OVER at line 3, column \d+ is not supported yet; keyflow runs OVER aggregations with "
+            r"COUNT, SUM, AVG, MIN and MAX",
         ),
         (
             "CREATE TABLE t (a INT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - 5) WITH ('connector' = 'blackhole');",

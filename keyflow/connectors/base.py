@@ -104,6 +104,8 @@ class CommitsPartitions(Protocol):
 
     def commit_partitions(self, partitions: list[str]) -> None: ...
 
+    def withdraw_commits(self, pending: list[str]) -> None: ...
+
 
 @runtime_checkable
 class StagesInCheckpoint(Protocol):

@@ -147,6 +147,22 @@ class FileSink:
         if exists(files, root):
             files.delete_dir_contents(root)
 
+    def withdraw_commits(self, pending: list[str]) -> None:
+        """After a restore discarded later batches' files: no success file in a partition
+        that is ``pending`` as of the checkpoint, or that has no data left."""
+        if self.partition_commit is None:
+            return
+        files, root = filesystem(absolute(self.path))
+        with_data = {_relative(info.path, root).rsplit("/", 1)[0] for info in _part_files(files, root)}
+        for info in files.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True)):
+            partition, _, name = _relative(info.path, root).rpartition("/")
+            if (
+                name == self.partition_commit.success_file
+                and partition
+                and (partition in pending or partition not in with_data)
+            ):
+                files.delete_file(info.path)
+
     def discard_after(self, batch: int) -> None:
         """Remove published output of batches after ``batch`` (the checkpoint does not have them)."""
         files, root = filesystem(absolute(self.path))
@@ -164,6 +180,8 @@ class FileSink:
         files, root = filesystem(staging)
         final = filesystem(absolute(self.path))[1]
         parts = sorted(_relative(info.path, root) for info in _part_files(files, root))
+        if not parts:  # a partitioned write of no rows writes no file
+            files.delete_dir(root)
         moves = []
         for number, name in enumerate(parts):
             directory, _, file = name.rpartition("/")

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import TypedDict
 from urllib.parse import unquote
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from keyflow.errors import DataError
 
 PROCESS_TIME, PARTITION_TIME = "process-time", "partition-time"
 _MICROS = 1_000_000
+_OFFSET = re.compile(r"(?:GMT|UTC)?([+-])(\d{1,2})(?::?(\d{2}))?")
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Spark's directory name for a null or empty value
 _TIMESTAMP = re.compile(r"(\d{1,10})-(\d{1,2})-(\d{1,2})(?: (\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.(\d{1,9}))?)?")
 
 
@@ -40,7 +42,7 @@ class PartitionCommit:
     delay: int = 0  # microseconds
     success_file: str = "_SUCCESS"
     timestamp_pattern: str | None = None
-    time_zone: str = "UTC"
+    time_zone: str | None = None  # None: the session's (spark.sql.session.timeZone), which names the partitions
 
     def due(
         self, pending: list[Pending], written: list[str], watermark: int | None, now: int, end_of_input: bool
@@ -67,6 +69,12 @@ class PartitionCommit:
         DefaultPartTimeExtractor: ``$key`` in the pattern replaced by the key's value, or the
         first value without a pattern; ``yyyy-M-d[ H:m:s[.fraction]]``, read in the time zone)."""
         values = partition_values(partition)
+        nulls = [key for key, value in values.items() if value == DEFAULT_PARTITION]
+        if nulls:
+            raise DataError(
+                f"partition {partition!r}: {nulls[0]} is null or empty, so the partition names no time for its "
+                f"commit; filter those rows (WHERE {nulls[0]} IS NOT NULL AND {nulls[0]} <> '') or COALESCE them"
+            )
         if self.timestamp_pattern is None:
             text = next(iter(values.values()))
         else:
@@ -79,11 +87,31 @@ class PartitionCommit:
                 f"partition {partition!r}: its time {text!r} is not 'yyyy-MM-dd[ HH:mm:ss]'; set "
                 "'partition.time-extractor.timestamp-pattern' to build one from the partition's values"
             )
-        year, month, day, hour, minute, second, fraction = match.groups()
-        local = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0),
-                         int((fraction or "0").ljust(6, "0")[:6]))  # fmt: skip
-        instant = local.replace(tzinfo=ZoneInfo(self.time_zone)).astimezone(UTC)
+        year, month, day, hour, minute, second = (int(part or 0) for part in match.groups()[:6])
+        fraction = match.group(7)
+        try:  # read leniently, as Flink's extractor: 2026-02-30 is March 2nd
+            local = datetime(year + (month - 1) // 12, (month - 1) % 12 + 1, 1) + timedelta(
+                days=day - 1, hours=hour, minutes=minute, seconds=second,
+                microseconds=int((fraction or "0").ljust(6, "0")[:6]),
+            )  # fmt: skip
+        except (ValueError, OverflowError):
+            raise DataError(f"partition {partition!r}: its time {text!r} is out of range") from None
+        instant = local.replace(tzinfo=zone(self.time_zone or "UTC")).astimezone(UTC)
         return int(instant.timestamp()) * _MICROS + instant.microsecond
+
+
+def zone(name: str) -> tzinfo:
+    """A time zone as Java's ``ZoneId.of`` reads one: a region (``Europe/Berlin``), ``UTC``, or an
+    offset (``+08:00``, ``GMT-08:00``). Raises ValueError for anything else."""
+    offset = _OFFSET.fullmatch(name.strip())
+    if offset:
+        sign, hours, minutes = offset.groups()
+        delta = timedelta(hours=int(hours), minutes=int(minutes or 0))
+        return timezone(-delta if sign == "-" else delta)
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{name!r} is not a time zone") from None
 
 
 def partition_values(partition: str) -> dict[str, str]:

@@ -4,10 +4,9 @@ read into a :class:`PartitionCommit` before Spark starts."""
 from __future__ import annotations
 
 import re
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from keyflow.config import parse_duration
-from keyflow.connectors.partition_commit import PARTITION_TIME, PROCESS_TIME, PartitionCommit
+from keyflow.connectors.partition_commit import PARTITION_TIME, PROCESS_TIME, PartitionCommit, zone
 from keyflow.errors import ConfigError
 from keyflow.sql.errors import SqlError
 from keyflow.sql.options import PARTITION_COMMIT, ROLLING, choice_option
@@ -40,19 +39,19 @@ def partition_commit_of(table: CreateTable) -> PartitionCommit | None:
         named = ", ".join("$" + name for name in unknown)
         raise SqlError(f"{table.where}: 'partition.time-extractor.timestamp-pattern' = '{pattern}' names {named}, "
                        f"not partition keys {list(table.partition_keys)}")  # fmt: skip
-    zone = options.get("sink.partition-commit.watermark-time-zone", "UTC")
+    time_zone = options.get("sink.partition-commit.watermark-time-zone")
     try:
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise SqlError(f"{table.where}: 'sink.partition-commit.watermark-time-zone' = '{zone}' is not a time zone; "
-                       "write e.g. 'UTC' or 'Europe/Berlin'") from None  # fmt: skip
+        zone(time_zone or "UTC")
+    except ValueError:
+        raise SqlError(f"{table.where}: 'sink.partition-commit.watermark-time-zone' = '{time_zone}' is not a time "
+                       "zone; write e.g. 'UTC', 'Europe/Berlin' or 'GMT-08:00'") from None  # fmt: skip
     return PartitionCommit(
         keys=table.partition_keys,
         trigger=choice_option(table, "sink.partition-commit.trigger", (PROCESS_TIME, PARTITION_TIME), PROCESS_TIME),
         delay=_micros(table, "sink.partition-commit.delay") if "sink.partition-commit.delay" in options else 0,
         success_file=options.get("sink.partition-commit.success-file.name", "_SUCCESS"),
         timestamp_pattern=pattern,
-        time_zone=zone,
+        time_zone=time_zone,
     )
 
 

@@ -911,4 +911,5 @@ def _window_refusal(node: exp.Window) -> str:
     if isinstance(node.this, (exp.Rank, exp.DenseRank)):
         name = "RANK" if isinstance(node.this, exp.Rank) else "DENSE_RANK"
         return f"{name}() OVER at {position(node)} is not supported yet; keyflow's Top-N numbers rows with ROW_NUMBER()"
-    return f"OVER at {position(node)} is not supported in keyflow SQL yet (an OVER aggregation; ROW_NUMBER is Top-N)"
+    return (f"{node.this.sql(dialect=DIALECT)} OVER at {position(node)} is not supported yet; keyflow runs OVER "
+            "aggregations with COUNT, SUM, AVG, MIN and MAX, and ROW_NUMBER() OVER as Top-N")  # fmt: skip

@@ -310,6 +310,10 @@ def _partition_keys(prop: exp.PartitionedByProperty, physical: list[str], where:
         raise SqlError(f"{where}: {said} names {unknown}, not physical columns of the table {physical}")
     if len(set(keys)) < len(keys):
         raise SqlError(f"{where}: {said} names a column twice")
+    hidden = [key for key in keys if key[:1] in "_."]
+    if hidden:
+        raise SqlError(f"{where}: {said} names {hidden}: directories starting with '_' or '.' are hidden from "
+                       "readers (Spark's and Hive's); rename the column")  # fmt: skip
     if len(keys) == len(physical):
         raise SqlError(f"{where}: {said} partitions by every column; leave at least one column in the files")
     return keys

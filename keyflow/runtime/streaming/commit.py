@@ -14,11 +14,12 @@ restore; no state file is rewritten.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from keyflow.config import CHECKPOINTS_NUM_RETAINED, COMPACTION_MAX_DELTAS, PRE_KEYED_VERIFY
@@ -158,7 +159,8 @@ def _stage_outputs(
     def stage(uid: str, label: str, sink: StreamingSink, frame: DataFrame, node: Node) -> None:
         rows, moves = builder.guarded(lambda: sink.stage(frame, batch), node)
         outputs[label] = rows
-        staged.append({"uid": uid, "moves": moves, **_partition_commits(sink, moves, before.get(uid), time_now)})
+        staged.append({"uid": uid, "moves": moves, **_partition_commits(sink, moves, before.get(uid), time_now,
+                                                                       builder.spark)})  # fmt: skip
 
     for sink in plan.sinks:
         stage(plan.uid(sink.id), sink.name, sink.sink, builder.frame(sink.id), sink)
@@ -171,13 +173,17 @@ def _stage_outputs(
 
 
 def _partition_commits(
-    sink: StreamingSink, moves: Moves, previous: dict[str, Any] | None, time_now: TaskTime
+    sink: StreamingSink, moves: Moves, previous: dict[str, Any] | None, time_now: TaskTime, spark: SparkSession
 ) -> dict[str, Any]:
-    """A partitioned sink's partitions to commit after this batch, and those left pending."""
+    """A partitioned sink's partitions to commit after this batch, and those left pending; the
+    partitions' times are read in the session's time zone unless the table names one."""
     if not isinstance(sink, CommitsPartitions) or sink.partition_commit is None:
         return {}
+    policy = sink.partition_commit
+    if policy.time_zone is None:
+        policy = dataclasses.replace(policy, time_zone=spark.conf.get("spark.sql.session.timeZone"))
     watermark = None if time_now.watermark == NO_WATERMARK else time_now.watermark
-    commit, pending = sink.partition_commit.due(
+    commit, pending = policy.due(
         list((previous or {}).get("pending", [])), sink.partitions(moves), watermark, time_now.processing_time,
         time_now.end_of_input,
     )  # fmt: skip

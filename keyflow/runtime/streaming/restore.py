@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pyarrow import fs
 
 from keyflow.config import IGNORE_UNCLAIMED_STATE, MAX_PARALLELISM
-from keyflow.connectors.base import StagesInCheckpoint, StreamingSink, is_unbounded
+from keyflow.connectors.base import CommitsPartitions, StagesInCheckpoint, StreamingSink, is_unbounded
 from keyflow.errors import CheckpointError, PlanError, RestoreError
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.nodes import SourceNode, stream_sources
@@ -119,8 +119,11 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
     if manifest is not None:
         publish(current, manifest)  # a crash may have come between the commit and the moves
     checkpoint.state_files.discard_after(committed if manifest else None)
-    for _, sink in current.outputs().values():
+    pending = {entry["uid"]: entry.get("pending", []) for entry in manifest.sinks} if manifest else {}
+    for uid, (_, sink) in current.outputs().items():
         sink.discard_after(committed)  # output of batches after the checkpoint (e.g. restored from a copy)
+        if isinstance(sink, CommitsPartitions):
+            sink.withdraw_commits([entry["partition"] for entry in pending.get(uid, [])])
     return Restored(current, saved, manifest)
 
 
