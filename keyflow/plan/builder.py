@@ -358,10 +358,15 @@ class PlanBuilder:
             raise PlanError(f"{name}: the frame reaches back {frame.preceding!r}; give a number >= 0 or None "
                             "(UNBOUNDED PRECEDING)")  # fmt: skip
         event_time = event_time_at(self.operators, input_id)
-        if event_time is None or (order or event_time).lower() != event_time.lower():
-            has = f"its event-time column is {event_time!r}" if event_time else "its input has no event time"
+        if event_time is None:
+            raise PlanError(f"{name}: an OVER aggregation is ordered by the event time, and its input has none; give "
+                            "the source a watermark (source(..., watermark=WatermarkStrategy.for_bounded_out_of_"
+                            "orderness('ts', '5 s')), in SQL WATERMARK FOR ts AS ts - INTERVAL '5' "
+                            "SECOND)")  # fmt: skip
+        if order is not None and order.lower() != event_time.lower():
             raise PlanError(f"{name}: OVER … ORDER BY {order}: an OVER aggregation is ordered by the event time "
-                            f"(the source's WATERMARK column), ascending, as in Flink; {has}")  # fmt: skip
+                            f"(the source's WATERMARK column), ascending, as in Flink; its event-time column is "
+                            f"{event_time!r}")  # fmt: skip
         if self.is_changelog(input_id):
             raise PlanError(f"{name}: its input {self.node(input_id).name!r} is a changelog (it updates or retracts "
                             "rows); an OVER aggregation takes insert-only rows, as in Flink")  # fmt: skip

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import Accumulator
@@ -50,8 +51,10 @@ Positions = npt.NDArray[np.int64]
 def over_batch(frame: DataFrame, keys: tuple[str, ...], order: str, over: OverFrame,
                calls: tuple[AggregateCall, ...]) -> DataFrame:  # fmt: skip
     """Each row with its aggregates, by Spark's window functions over the same frame
-    (RANGE by the event time in microseconds)."""
+    (RANGE by the event time in microseconds); a row without an event time is dropped, as a
+    stream drops it (late, counted)."""
     ordered = event_micros(order)
+    frame = frame.where(ordered.isNotNull())
     window = Window.partitionBy(*keys).orderBy(ordered)
     start = Window.unboundedPreceding if over.preceding is None else -over.preceding
     window = window.rowsBetween(start, 0) if over.rows else window.rangeBetween(start, 0)
@@ -104,9 +107,10 @@ class OverRows(KeyedFunction):
         partials_type: pa.StructType,
         schema: pa.Schema,
         late: Accumulator[int] | None,
+        watermark_before: int,
     ) -> None:
         self.calls, self.over, self.row_type, self.partials_type = calls, over, row_type, partials_type
-        self.schema, self.late = schema, late
+        self.schema, self.late, self.watermark_before = schema, late, watermark_before
 
     @staticmethod
     def state(row_type: pa.StructType, partials_type: pa.StructType) -> dict[str, StateDescriptor]:
@@ -118,11 +122,14 @@ class OverRows(KeyedFunction):
         }
 
     def process(self, batch: KeyedBatch, state: KeyedState) -> None:
-        """Rows after their key's last fired time wait for the watermark; the others are late."""
+        """Rows after their key's last fired time wait for the watermark; the others are late
+        (and, unbounded, rows at or before the watermark: Flink's two rules)."""
         column = batch.data.column(TIME).combine_chunks()
         times = np.asarray(column.fill_null(0).to_numpy(), dtype=np.int64)
         fired = state[LAST_FIRED].get()
         last = np.asarray(fired.fill_null(np.iinfo(np.int64).min).to_numpy(), dtype=np.int64)[batch.key_index]
+        if self.over.preceding is None:  # AbstractRowTimeUnboundedPrecedingOver: ts <= watermark is late
+            last = np.maximum(last, self.watermark_before)
         on_time = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool) & (times > last)
         if self.late is not None and not on_time.all():
             self.late.add(int((~on_time).sum()))
@@ -176,8 +183,12 @@ class OverRows(KeyedFunction):
         order = np.lexsort((np.arange(len(all_owners)), all_times, all_owners))
         partials, all_owners, all_times = partials.take(pa.array(order)), all_owners[order], all_times[order]
         is_row = order >= len(history_owners)
-        starts, ends = self._frames(all_owners, all_times)
-        values = {call.name: self._aggregate(call, partials, starts[is_row], ends[is_row]) for call in self.calls}
+        key_start = _key_starts(all_owners)
+        starts, ends = self._frames(all_owners, all_times, key_start)
+        values = {
+            call.name: self._aggregate(call, partials, all_owners, key_start, starts[is_row], ends[is_row])
+            for call in self.calls
+        }
         fired_rows = rows.take(pa.array(order[is_row] - len(history_owners)))
         columns = {name: fired_rows.field(name) for name in self.schema.names if name not in values}
         output = pa.table({**columns, **values})
@@ -196,17 +207,15 @@ class OverRows(KeyedFunction):
             arrays.append(pc.cast(value.is_valid(), pa.int64()))
             if call.function != "count":
                 field = self.partials_type.field(f"{call.name}.v")
-                if call.function in ("sum", "avg"):
-                    arrays.append(pc.fill_null(value.cast(field.type), 0))
+                if call.function in ("sum", "avg"):  # a BIGINT beyond 2^53 averages as the nearest DOUBLE
+                    arrays.append(pc.fill_null(pc.cast(value, field.type, safe=False), 0))
                 else:
                     arrays.append(value.cast(field.type))
         return pa.StructArray.from_arrays(arrays, fields=list(self.partials_type))
 
-    def _frames(self, owners: Positions, times: Positions) -> tuple[Positions, Positions]:
+    def _frames(self, owners: Positions, times: Positions, key_start: Positions) -> tuple[Positions, Positions]:
         """Each position's frame ``[start, end)`` in the arrays sorted by key and time."""
         positions = np.arange(len(owners), dtype=np.int64)
-        first = np.r_[True, owners[1:] != owners[:-1]] if len(owners) else np.zeros(0, dtype=bool)
-        key_start = np.maximum.accumulate(np.where(first, positions, 0)) if len(owners) else positions
         if self.over.rows:
             start = key_start if self.over.preceding is None else np.maximum(key_start, positions - self.over.preceding)
             return start, positions + 1
@@ -215,16 +224,26 @@ class OverRows(KeyedFunction):
             return key_start, ends
         return _bound(owners, times, owners, times - self.over.preceding, inclusive=False), ends
 
-    def _aggregate(self, call: AggregateCall, partials: pa.StructArray, starts: Positions, ends: Positions) -> pa.Array:
-        counts = _prefix(np.asarray(partials.field(f"{call.name}.n").to_numpy(), dtype=np.int64))
-        n = counts[ends] - counts[starts]
+    def _aggregate(
+        self,
+        call: AggregateCall,
+        partials: pa.StructArray,
+        owners: Positions,
+        key_start: Positions,
+        starts: Positions,
+        ends: Positions,
+    ) -> pa.Array:
+        """One aggregate of each frame: counts and sums as differences of each key's own running
+        sums (another key's values never enter them), min and max reduced over the frame."""
+        n = _frame_sums(np.asarray(partials.field(f"{call.name}.n").to_numpy(), dtype=np.int64), owners, key_start,
+                        starts, ends)  # fmt: skip
         if call.function == "count":
             return pa.array(n, pa.int64())
         values = partials.field(f"{call.name}.v")
         empty = n == 0
         if call.function in ("sum", "avg"):
-            sums = _prefix(np.asarray(values.fill_null(0).to_numpy(zero_copy_only=False)))
-            total = sums[ends] - sums[starts]
+            total = _frame_sums(np.asarray(values.fill_null(0).to_numpy(zero_copy_only=False)), owners, key_start,
+                                starts, ends)  # fmt: skip
             if call.function == "avg":
                 return pa.array(total / np.where(empty, 1, n), pa.float64(), mask=empty)
             return pa.array(total, values.type, mask=empty)
@@ -270,8 +289,23 @@ class OverRows(KeyedFunction):
         return pa.StructArray.from_arrays(arrays, fields=list(self.partials_type))
 
 
-def _prefix(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    return np.r_[np.zeros(1, dtype=values.dtype), np.cumsum(values)]
+def _key_starts(owners: Positions) -> Positions:
+    """For each position of arrays sorted by key: where its key's positions start."""
+    positions = np.arange(len(owners), dtype=np.int64)
+    first = np.r_[True, owners[1:] != owners[:-1]] if len(owners) else np.zeros(0, dtype=bool)
+    return np.maximum.accumulate(np.where(first, positions, 0)) if len(owners) else positions
+
+
+def _frame_sums(
+    values: npt.NDArray[Any], owners: Positions, key_start: Positions, starts: Positions, ends: Positions
+) -> npt.NDArray[Any]:
+    """The sum of ``values[start:end]`` per frame, from running sums restarted at each key (as a
+    key's accumulator adds and retracts in Flink: a NaN stays in it)."""
+    running = pd.Series(values).groupby(owners, sort=False).cumsum(skipna=False).to_numpy()
+    if not len(ends):
+        return running[:0]
+    before = np.where(starts > key_start[starts], running[np.maximum(starts - 1, 0)], 0)
+    return running[ends - 1] - before
 
 
 def _reduce(
@@ -280,6 +314,7 @@ def _reduce(
     """MIN or MAX of ``values[start:end]`` for each range (nulls skipped; null where none)."""
     storage = values.type
     numbers = values.view(pa.int64()) if pa.types.is_timestamp(storage) else values
+    numbers = numbers.view(pa.int32()) if pa.types.is_date32(storage) else numbers
     array = np.asarray(numbers.to_numpy(zero_copy_only=False)) if not numbers.null_count else None
     if array is None:
         kind = np.asarray(numbers.drop_null().to_numpy(zero_copy_only=False)).dtype
@@ -290,7 +325,7 @@ def _reduce(
     bounds = np.ravel(np.column_stack([starts, ends]))
     reduced = ufunc.reduceat(padded, bounds)[::2] if len(bounds) else padded[:0]
     result = pa.array(reduced, numbers.type, mask=empty)
-    return result.view(storage) if pa.types.is_timestamp(storage) else result
+    return result.view(storage) if result.type != storage else result
 
 
 def _extreme(kind: np.dtype[Any], function: str) -> Any:

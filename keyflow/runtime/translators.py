@@ -529,34 +529,48 @@ def _window_top_n(operator: physical.WindowRank, frame: DataFrame, context: Keye
 def _over(operator: physical.OverAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
     """Batch: Spark's window functions over each key's rows, then the exchange by key group."""
     node = operator.node
-    return context.exchange(over_batch(frame, node.keys, node.order, node.frame, operator.calls), keep_key_group=False)
+    _over_arguments(operator, frame)
+    computed = over_batch(frame, node.keys, node.order, node.frame, operator.calls)
+    return context.exchange(computed, keep_key_group=False)
+
+
+def _over_arguments(operator: physical.OverAggregate, frame: DataFrame) -> tuple[DataFrame, pa.Schema]:
+    """The rows with their event time in microseconds and each aggregate's argument as a
+    column, and their Arrow types; the aggregates checked against the types (batch and
+    streaming take the same ones) and the input's columns."""
+    node, calls = operator.node, operator.calls
+    clash = sorted({c.name for c in calls} & set(frame.columns))
+    if clash:
+        raise PlanError(f"operator {node.name!r}: aggregate output {clash} has the name of an input column; rename it")
+    arguments = {argument_column(c): F.expr(c.argument) for c in calls if c.argument is not None}
+    prepared = frame.drop(KEY_GROUP_COLUMN).withColumns({OVER_TIME: event_micros(node.order), **arguments})
+    types = to_arrow_schema(prepared.schema, timezone=session_timezone(frame))
+    for call in calls:
+        kind = types.field(argument_column(call)).type if call.argument is not None else None
+        numeric = kind is not None and (pa.types.is_integer(kind) or pa.types.is_floating(kind))
+        ordered = kind is not None and (pa.types.is_timestamp(kind) or pa.types.is_date(kind))
+        if call.function != "count" and not (numeric or (ordered and call.function in ("min", "max"))):
+            raise PlanError(
+                f"operator {node.name!r}: {call.expression} OVER reads a {kind} value; an OVER aggregation sums and "
+                "averages integers and floating point numbers, and takes MIN/MAX of those and of times and dates "
+                "(CAST a DECIMAL to DOUBLE)"
+            )
+    return prepared, types
 
 
 def _row_time_over(operator: physical.RowTimeOverAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
     """Streaming: each key's rows wait in state for the watermark (``keyflow.runtime.over``)."""
     node, calls = operator.node, operator.calls
     columns = [c for c in frame.columns if c != KEY_GROUP_COLUMN]
-    arguments = {argument_column(c): F.expr(c.argument) for c in calls if c.argument is not None}
-    prepared = frame.drop(KEY_GROUP_COLUMN).withColumns({OVER_TIME: event_micros(node.order), **arguments})
-    types = to_arrow_schema(prepared.schema, timezone=session_timezone(frame))
+    prepared, types = _over_arguments(operator, frame)
     argument_types = {c.name: types.field(argument_column(c)).type if c.argument else None for c in calls}
-    for call in calls:
-        kind = argument_types[call.name]
-        numeric = kind is not None and (pa.types.is_integer(kind) or pa.types.is_floating(kind))
-        ordered = kind is not None and (pa.types.is_timestamp(kind) or pa.types.is_date(kind))
-        if call.function != "count" and not (numeric or (ordered and call.function in ("min", "max"))):
-            raise PlanError(
-                f"operator {node.name!r}: {call.expression} OVER reads a {kind} value; a streaming OVER aggregation "
-                "sums and averages integers and floating point numbers, and takes MIN/MAX of those and of times "
-                "(CAST a DECIMAL to DOUBLE)"
-            )
     partials = [pa.field(OVER_TIME, pa.int64())]
     partials += [f for c in calls for f in partial_fields(c, argument_types[c.name])]
     row_type, partials_type = pa.struct(list(types)), pa.struct(partials)
     output = pa.schema([*(types.field(c) for c in columns),
                         *(pa.field(c.name, result_type(c, argument_types[c.name])) for c in calls)])  # fmt: skip
     late = context.late_accumulator(node) if context.late_accumulator is not None else None
-    function = OverRows(calls, node.frame, row_type, partials_type, output, late)
+    function = OverRows(calls, node.frame, row_type, partials_type, output, late, context.time.watermark_before)
     exchanged = context.exchange(prepared, keep_key_group=True)
     return context.run(exchanged, function, output, OverRows.state(row_type, partials_type), ())
 

@@ -13,6 +13,7 @@ from sqlglot import exp
 from keyflow.plan.nodes import OverFrame
 from keyflow.sql.errors import SqlError, position
 from keyflow.sql.functions import spark_sql
+from keyflow.sql.scope import own_nodes
 from keyflow.sql.statements import DIALECT, interval_micros
 
 AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
@@ -33,22 +34,26 @@ class Over:
 
 
 def inline_named_windows(query: exp.Select) -> None:
-    """``OVER w … WINDOW w AS (…)`` as if each OVER spelled the window out (Flink's WINDOW clause)."""
+    """``OVER w`` and ``OVER (w ORDER BY …)`` of this query (not its subqueries), with ``WINDOW
+    w AS (…)``, as if each OVER spelled its window out: Flink's WINDOW clause, where an OVER may
+    add what the named window lacks but not replace it."""
     named = {window.name.lower(): window for window in query.args.get("windows") or []}
-    if not named:
-        return
-    for window in list(query.find_all(exp.Window)):
+    for window in [w for tree in own_nodes(query) for w in tree.find_all(exp.Window)]:
         alias = window.args.get("alias")
-        if alias is None or window.args.get("partition_by") or window.args.get("order"):
+        if alias is None:
             continue
-        spec = named.get(alias.name.lower())
-        if spec is None:
-            raise SqlError(f"OVER {alias.name} at {position(window)} names no window of the WINDOW clause "
-                           f"({', '.join(named)})")  # fmt: skip
-        for arg in ("partition_by", "order", "spec"):
-            if spec.args.get(arg) is not None:
-                window.set(arg, spec.args[arg].copy() if not isinstance(spec.args[arg], list) else
-                           [e.copy() for e in spec.args[arg]])  # fmt: skip
+        base = named.get(alias.name.lower())
+        if base is None:
+            known = f"({', '.join(named)})" if named else "(the query has none)"
+            raise SqlError(f"OVER {alias.name} at {position(window)} names no window of the WINDOW clause {known}")
+        for arg, said in (("partition_by", "PARTITION BY"), ("order", "ORDER BY"), ("spec", "a frame")):
+            if base.args.get(arg) is None or base.args.get(arg) == []:
+                continue
+            if window.args.get(arg):
+                raise SqlError(f"OVER ({alias.name} …) at {position(window)} gives {said}, which window "
+                               f"{alias.name} has already; a window may only add what it lacks")  # fmt: skip
+            value = base.args[arg]
+            window.set(arg, [e.copy() for e in value] if isinstance(value, list) else value.copy())
         window.set("alias", None)
     query.set("windows", None)
 
@@ -62,6 +67,11 @@ def read_over(expressions: list[exp.Expr]) -> tuple[Over, list[exp.Expr]]:
     """The select list's OVER window and aggregates, and the list reading them as columns."""
     windows = over_aggregates(expressions)
     first = windows[0]
+    for window in windows:
+        nested = list(window.this.find_all(exp.Window))
+        if nested:
+            raise SqlError(f"OVER at {position(nested[0])} inside the argument of the OVER aggregate at "
+                           f"{position(window)}; compute it in a derived table first")  # fmt: skip
     for window in windows[1:]:
         if _spec(window) != _spec(first):
             raise SqlError(f"OVER at {position(window)} differs from the OVER at {position(first)}; as in Flink, "
@@ -82,7 +92,7 @@ def read_over(expressions: list[exp.Expr]) -> tuple[Over, list[exp.Expr]]:
         if not (isinstance(node, exp.Window) and isinstance(_call(node), AGGREGATES)):
             return node
         call = node.this
-        if isinstance(call, exp.Filter) or (isinstance(call, exp.Count) and isinstance(call.this, exp.Distinct)):
+        if isinstance(call, exp.Filter) or isinstance(call.this, exp.Distinct):
             raise SqlError(f"{call.sql(dialect=DIALECT)} OVER at {position(node)}: DISTINCT and FILTER are not "
                            "supported in an OVER aggregation yet")  # fmt: skip
         text = spark_sql(call)
@@ -99,10 +109,18 @@ def _call(window: exp.Window) -> exp.Expr:
     return call.this if isinstance(call, exp.Filter) else call
 
 
-def _spec(window: exp.Window) -> tuple[str, ...]:
-    return tuple(str(window.args[arg].sql(dialect=DIALECT)) if not isinstance(window.args.get(arg), list) else
-                 ",".join(e.sql(dialect=DIALECT) for e in window.args[arg])
-                 for arg in ("partition_by", "order", "spec") if window.args.get(arg) is not None)  # fmt: skip
+def _spec(window: exp.Window) -> tuple[object, ...]:
+    """The window as Calcite groups OVER aggregates: names in any case, ASC as no direction,
+    the frame as read (an omitted one is the default RANGE UNBOUNDED PRECEDING)."""
+    partition = tuple(_named(e) for e in window.args.get("partition_by") or [])
+    ordered = window.args.get("order")
+    order = tuple((_named(e.this), bool(e.args.get("desc"))) for e in (ordered.expressions if ordered else []))
+    return partition, order, _frame(window)
+
+
+def _named(tree: exp.Expr) -> str:
+    """A column by its name in any case (quoted or not); another expression as written."""
+    return tree.name.lower() if isinstance(tree, exp.Column) else str(tree.sql(dialect=DIALECT)).lower()
 
 
 def _frame(window: exp.Window) -> OverFrame:
@@ -113,7 +131,7 @@ def _frame(window: exp.Window) -> OverFrame:
         return OverFrame()
     rows = str(spec.args.get("kind", "")).upper() == "ROWS"
     said = f"{spec.sql(dialect=DIALECT)} at {position(window)}"
-    end = spec.args.get("end")
+    end = spec.args.get("end") or "CURRENT ROW"  # ROWS 2 PRECEDING: Calcite's short form
     if str(end).upper() != "CURRENT ROW" or spec.args.get("end_side"):
         raise SqlError(f"the frame {said} must end at CURRENT ROW, as Flink's OVER aggregations do")
     start, side = spec.args.get("start"), str(spec.args.get("start_side") or "").upper()

@@ -901,7 +901,11 @@ def _same_column(a: exp.Expr, b: exp.Expr) -> bool:
 
 
 def _window_refusal(node: exp.Window) -> str:
-    """Why a window function other than a filtered ROW_NUMBER does not run."""
+    """Why a window function other than a filtered ROW_NUMBER or an OVER aggregate in the
+    select list does not run."""
+    if over_aggregates([node]):
+        return (f"{node.sql(dialect=DIALECT)} at {position(node)}: an OVER aggregate belongs in the select list; "
+                "filter or group by it in an outer query")  # fmt: skip
     if isinstance(node.this, exp.RowNumber):
         return (
             f"ROW_NUMBER() OVER at {position(node)} runs as Flink's Top-N only as a column of a derived table that "
