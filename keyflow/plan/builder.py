@@ -307,6 +307,51 @@ class PlanBuilder:
         """The first ``limit`` rows of each key by ``order`` ((column, descending) pairs): Flink's
         Top-N, and its deduplication where the order is the event-time column alone. Over an
         unbounded input the output is a changelog: rows leaving the top are retracted."""
+        fields = self._rank_fields(input_id, order, limit, first, rank_column, name)
+        window_end = self._ranked_windows(input_id, keying.keys)
+        return self._add(
+            nodes.RankNode,
+            (input_id,),
+            name,
+            None,
+            **keying.fields(),
+            **fields,
+            changelog=self.reads_unbounded([input_id]) and window_end is None,
+            window_end=window_end,
+        )
+
+    def window_rank(
+        self,
+        input_id: int,
+        keying: Keying,
+        windowing: nodes.Windowing,
+        order: Sequence[tuple[str, bool]],
+        limit: int,
+        rank_column: str | None = None,
+        name: str = "window top-n",
+        first: int = 1,
+    ) -> int:
+        """Flink's window Top-N (window deduplication, ordered by the event time alone) after
+        a window table function: the first ``limit`` rows of each key and window by
+        ``order``, emitted once the window ends, with ``window_start`` and ``window_end``."""
+        fields = self._rank_fields(input_id, order, limit, first, rank_column, name)
+        clash = {nodes.WINDOW_START, nodes.WINDOW_END} & set(output_columns(self._nodes, input_id, {}) or ())
+        if clash:
+            raise PlanError(f"{name}: its input has column(s) {sorted(clash)}, which the windows add; rename them")
+        return self._add(nodes.WindowTableRankNode, (input_id,), name, None, **keying.fields(), **fields,
+                         windowing=windowing)  # fmt: skip
+
+    def _rank_fields(
+        self,
+        input_id: int,
+        order: Sequence[tuple[str, bool]],
+        limit: int,
+        first: int,
+        rank_column: str | None,
+        name: str,
+    ) -> dict[str, Any]:
+        """A Top-N's checked order, range and row-number column, and whether it is ordered by
+        the event time alone (a deduplication when it keeps one unnumbered row)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise PlanError(f"{name}: the number of rows to keep per key is {limit!r}; give a whole number >= 1")
         if not order or not all(isinstance(c, str) and c.strip() and isinstance(d, bool) for c, d in order):
@@ -323,21 +368,8 @@ class PlanBuilder:
             )
         event_time = event_time_at(self.operators, input_id)
         time_ordered = len(order) == 1 and event_time is not None and order[0][0].lower() == event_time.lower()
-        window_end = self._ranked_windows(input_id, keying.keys)
-        return self._add(
-            nodes.RankNode,
-            (input_id,),
-            name,
-            None,
-            **keying.fields(),
-            order=tuple(order),
-            limit=limit,
-            first=first,
-            rank_column=rank_column,
-            changelog=self.reads_unbounded([input_id]) and window_end is None,
-            time_ordered=time_ordered,
-            window_end=window_end,
-        )
+        return {"order": tuple(order), "limit": limit, "first": first, "rank_column": rank_column,
+                "time_ordered": time_ordered}  # fmt: skip
 
     def over(
         self,

@@ -42,6 +42,7 @@ from keyflow.plan.nodes import (
     WindowAggregateNode,
     WindowJoinNode,
     WindowProcessNode,
+    WindowTableRankNode,
     WithColumnsNode,
     event_time_column,
 )
@@ -85,6 +86,9 @@ def _output(nodes: Mapping[int, Node], node: Node, known: dict[int, Columns]) ->
     if isinstance(node, AggregateNode):
         keys = {key: upstream.get(key) for key in node.keys}
         return {**keys, **dict.fromkeys(node.aggregations), **({OP: "string"} if node.changelog else {})}
+    if isinstance(node, WindowTableRankNode):
+        ranked = {node.rank_column: "bigint"} if node.rank_column else {}
+        return {**upstream, WINDOW_START: "timestamp", WINDOW_END: "timestamp", **ranked}
     if isinstance(node, RankNode):
         ranked = {node.rank_column: "bigint"} if node.rank_column else {}
         return {**upstream, **ranked, **({OP: "string"} if node.changelog else {})}

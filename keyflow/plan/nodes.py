@@ -393,6 +393,21 @@ class OverNode(KeyedNode):
                 "aggregations": dict(self.aggregations)}  # fmt: skip
 
 
+@dataclass(frozen=True, eq=False)
+class WindowTableRankNode(RankNode):
+    """Flink's window Top-N and window deduplication after a window table function: each
+    row's windows assigned (rows whose windows all ended are late: dropped, counted), each
+    key's first rows per window kept until the watermark passes the window's end, then
+    emitted once with ``window_start`` and ``window_end``, insert-only."""
+
+    windowing: Windowing | None = None
+    kind: ClassVar[str] = "window_rank"
+
+    def describe(self) -> dict[str, Any]:
+        assert self.windowing is not None  # the builder gives one
+        return {**super().describe(), "windows": self.windowing.assigner.describe()}
+
+
 JOIN_TYPES = ("inner", "left", "right", "full")
 
 

@@ -28,6 +28,7 @@ from keyflow.plan.nodes import (
     WindowAggregateNode,
     WindowJoinNode,
     WindowProcessNode,
+    WindowTableRankNode,
 )
 from keyflow.plan.state_schema import KeyGroupSource, StateLayout, StateSchema
 
@@ -264,6 +265,27 @@ class RowTimeOverAggregate(OverAggregate):
     layout: ClassVar[StateLayout] = StateLayout.OVER_ROWS
 
 
+@dataclass(frozen=True, eq=False)
+class WindowTableRankBatch(Rank):
+    """Batch window Top-N: Spark assigns each row its windows, then ``row_number`` over each
+    key's rows of a window, then the exchange by key group."""
+
+    node: WindowTableRankNode
+
+
+@dataclass(frozen=True, eq=False)
+class WindowTableRank(WindowTableRankBatch):
+    """Flink's window Top-N (and window deduplication) after a window table function: Spark
+    assigns windows and drops late rows; the workers keep each key's first rows per window
+    (as ``WindowRank``) and emit them, insert-only, once the watermark passes its end."""
+
+    layout: ClassVar[StateLayout] = StateLayout.TOP_ROWS
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        assert self.node.windowing is not None  # the builder gives one
+        return (*super().contents(), window_contents(self.node.windowing.assigner))
+
+
 def window_contents(assigner: WindowAssigner) -> tuple[str, str]:
     """The windows a window operator's state is cut by (a restore with other windows is refused)."""
     return "window", json.dumps(assigner.describe(), sort_keys=True)
@@ -289,6 +311,8 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
         return WindowJoin(node)
     if isinstance(node, JoinNode):
         return RegularJoin(node)
+    if isinstance(node, WindowTableRankNode):
+        return WindowTableRank(node) if stateful else WindowTableRankBatch(node)
     if isinstance(node, RankNode):
         if node.window_end is not None and stateful:
             return WindowRank(node)

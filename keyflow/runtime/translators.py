@@ -27,7 +27,7 @@ from keyflow.plan.columns import join_clash_message, join_clashes, missing_order
 from keyflow.plan.descriptors import StateDescriptor, ValueState, with_ttl_columns
 from keyflow.plan.event_time import timer_state
 from keyflow.plan.graph import Operator
-from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START, JoinNode, KeyedNode, Windowing
+from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START, JoinNode, KeyedNode, RankNode, Windowing
 from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
 from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, RetractingAggregate
 from keyflow.runtime.connected import PACKED, CoProcess, TimedCoProcess
@@ -495,14 +495,49 @@ def _arguments(
 
 
 def _rank(operator: physical.Rank, frame: DataFrame, context: KeyedContext) -> DataFrame:
-    """Batch: Spark's ``row_number`` over each key's rows (nulls first ascending, last
-    descending: Flink's order), then the exchange by key group; no state."""
-    node = operator.node
+    """Batch: Spark's ``row_number`` over each key's rows, then the exchange by key group; no state."""
+    return context.exchange(_numbered(operator.node, frame, operator.node.keys), keep_key_group=False)
+
+
+def _numbered(node: RankNode, frame: DataFrame, partition: tuple[str, ...]) -> DataFrame:
+    """The rows numbered ``first``..``limit`` in each ``partition`` by Spark's ``row_number``
+    (nulls first ascending, last descending: Flink's order)."""
     order = [F.col(c).desc_nulls_last() if descending else F.col(c).asc_nulls_first() for c, descending in node.order]
-    number = F.row_number().over(Window.partitionBy(*node.keys).orderBy(*order)).cast("bigint")
+    number = F.row_number().over(Window.partitionBy(*partition).orderBy(*order)).cast("bigint")
     ranked = frame.withColumn(RANK_NUMBER, number).filter(F.col(RANK_NUMBER).between(node.first, node.limit))
-    ranked = ranked.withColumnRenamed(RANK_NUMBER, node.rank_column) if node.rank_column else ranked.drop(RANK_NUMBER)
-    return context.exchange(ranked, keep_key_group=False)
+    return ranked.withColumnRenamed(RANK_NUMBER, node.rank_column) if node.rank_column else ranked.drop(RANK_NUMBER)
+
+
+def _windowed_rows(operator: physical.WindowTableRankBatch, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """A window Top-N's rows, each with its windows (``window_start``, ``window_end``); late ones left out."""
+    node = operator.node
+    assert node.windowing is not None  # the builder gives one
+    carried = [KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in frame.columns else []
+    columns = [c for c in frame.columns if c != KEY_GROUP_COLUMN]
+    windowed = with_windows(
+        node.windowing, _assigned(node, node.windowing, frame, context), context.time.watermark_before
+    )
+    return windowed.select(*columns, WINDOW_START, WINDOW_END, *carried)
+
+
+def _window_table_rank_batch(
+    operator: physical.WindowTableRankBatch, frame: DataFrame, context: KeyedContext
+) -> DataFrame:
+    """Batch window Top-N: windows assigned, then ``row_number`` per key and window."""
+    windows = (*operator.node.keys, WINDOW_START, WINDOW_END)
+    numbered = _numbered(operator.node, _windowed_rows(operator, frame, context), windows)
+    return context.exchange(numbered, keep_key_group=False)
+
+
+def _window_table_top_n(operator: physical.WindowTableRank, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """Streaming window Top-N: windows assigned in Spark; per key and window the first rows in
+    state, emitted when the window ends (``WindowTopNRows``)."""
+    windowed = _windowed_rows(operator, frame, context)
+    shape, output = _rank_shape(operator, windowed)
+    exchanged = context.exchange(windowed.drop(KEY_GROUP_COLUMN), keep_key_group=True)
+    function = WindowTopNRows(shape, output, WINDOW_END)
+    keys = (*operator.node.keys, WINDOW_START, WINDOW_END)
+    return context.run(exchanged, function, output, function.state_of(shape), (), keys=keys)
 
 
 RANK_NUMBER = "__rank_number"
@@ -580,7 +615,9 @@ def _rank_shape(operator: physical.Rank, frame: DataFrame) -> tuple[RankShape, p
     node = operator.node
     types = to_arrow_schema(frame.drop(KEY_GROUP_COLUMN).schema, timezone=session_timezone(frame))
     deduplicates = isinstance(operator, physical.Deduplicate)
-    latest_wins = deduplicates and node.order[0][1]  # keep the last row: a later row of an equal time replaces
+    # keep the last row: a later row of an equal time replaces (also Flink's window deduplication)
+    latest_wins = (deduplicates or (isinstance(operator, physical.WindowTableRank) and node.deduplicates)) and (
+        node.order[0][1])  # fmt: skip
     shape = RankShape(
         pa.struct(list(types)), node.order, node.limit, node.rank_column, latest_wins, deduplicates, node.first
     )
@@ -608,6 +645,8 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.AppendOnlyTopN: _top_n,
     physical.Deduplicate: _top_n,
     physical.WindowRank: _window_top_n,
+    physical.WindowTableRankBatch: _window_table_rank_batch,
+    physical.WindowTableRank: _window_table_top_n,
     physical.OverAggregate: _over,
     physical.RowTimeOverAggregate: _row_time_over,
 }

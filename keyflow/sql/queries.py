@@ -119,11 +119,13 @@ class QueryPlanner:
             return self._over(node_id, *read_over(expressions), names, into)
         aggregated = any(isinstance(n, exp.AggFunc) for e in expressions for n in e.walk())
         if top_n is not None:
-            if grouped is not None or aggregated or relation.window is not None or query.args.get("distinct"):
+            if grouped is not None or aggregated or query.args.get("distinct"):
                 raise SqlError(
-                    f"ROW_NUMBER() OVER at {position(top_n.window)} in a query with GROUP BY, aggregates, windows or "
-                    "DISTINCT is not supported yet; rank the grouped rows in an outer query"
+                    f"ROW_NUMBER() OVER at {position(top_n.window)} in a query with GROUP BY, aggregates or DISTINCT "
+                    "is not supported yet; rank the grouped rows in an outer query"
                 )
+            if relation.window is not None:
+                return self._window_top_n(node_id, relation.window, top_n, expressions, names, into)
             return self._top_n(node_id, top_n, expressions, names, into)
         if query.args.get("distinct") and (grouped is not None or aggregated or relation.window is not None):
             raise SqlError(f"SELECT DISTINCT with GROUP BY, aggregates or windows at {position(query)} is not "
@@ -624,6 +626,78 @@ class QueryPlanner:
         except PlanError as error:
             raise SqlError(f"OVER at {position(over.window)}: {error}") from None
         return self._project(node_id, expressions, names, into), names
+
+    def _window_top_n(
+        self,
+        node_id: int,
+        function: WindowTableFunction,
+        top_n: TopN,
+        expressions: list[exp.Expr],
+        names: list[str],
+        into: str,
+    ) -> tuple[int, list[str]]:
+        """Flink's window Top-N (window deduplication) after a window table function: ``ROW_NUMBER()
+        OVER (PARTITION BY window_start, window_end[, keys] ORDER BY …)`` filtered by the reading
+        query; keyflow assigns the windows in the operator, so the select list may pass
+        ``window_start``/``window_end`` on but not compute with them."""
+        at = next(i for i, e in enumerate(expressions) if e.find(exp.Window) is not None)
+        window = expressions[at].unalias()
+        partition, ordered = window.args.get("partition_by") or [], window.args.get("order")
+        by_window = {c.name.lower() for c in partition if isinstance(c, exp.Column)} & set(_WINDOW_COLUMNS)
+        if by_window != set(_WINDOW_COLUMNS) or ordered is None:
+            raise SqlError(
+                f"ROW_NUMBER() OVER at {position(window)} over {function.kind}(…) needs PARTITION BY window_start, "
+                "window_end[, keys] and ORDER BY: as Flink's window Top-N, it ranks the rows of each window"
+            )
+        if window.args.get("spec") is not None:
+            raise SqlError(f"a frame (ROWS/RANGE BETWEEN) in ROW_NUMBER() OVER at {position(window)} has no meaning; "
+                           "remove it")  # fmt: skip
+        time = event_time_at(self.builder.operators, node_id)
+        listed, passed = [], []
+        for index, (expression, name) in enumerate(zip(expressions, names, strict=True)):
+            tree = expression.unalias()
+            if index == at:
+                continue
+            if isinstance(tree, exp.Column) and tree.name.lower() == name.lower() in _WINDOW_COLUMNS:
+                passed.append(name)
+                continue
+            if any(c.name.lower() in (*_WINDOW_COLUMNS, "window_time") for c in tree.find_all(exp.Column)):
+                raise SqlError(f"{expression.sql(dialect=DIALECT)} at {position(expression)} computes with the "
+                               f"windows of {function.kind}(…), which keyflow makes in the window Top-N; compute it "
+                               "in the query that reads the ranked rows")  # fmt: skip
+            listed.append((tree, name))
+        hidden: dict[str, exp.Expr] = {}
+
+        def column_of(tree: exp.Expr, prefix: str) -> str:
+            for expression, name in listed:
+                if _same_column(expression, tree):
+                    return name
+            hidden[f"__{prefix}{len(hidden)}"] = tree
+            return f"__{prefix}{len(hidden) - 1}"
+
+        keys = [column_of(key, "rank_key") for key in partition if not (
+            isinstance(key, exp.Column) and key.name.lower() in _WINDOW_COLUMNS)]  # fmt: skip
+        if any(isinstance(i.this, exp.Column) and i.this.name.lower() in _WINDOW_COLUMNS for i in ordered.expressions):
+            raise SqlError(f"ORDER BY window_start or window_end at {position(ordered)}: within a window they are "
+                           "the same for every row; order by the rows' columns")  # fmt: skip
+        order = [(column_of(item.this, "rank_order"), bool(item.args.get("desc"))) for item in ordered.expressions]
+        if not keys:  # one ranking per window (Flink runs it at parallelism 1)
+            keys = [column_of(exp.Literal.number(0), "rank_key")]
+        columns = [f"{spark_sql(e)} AS {quoted(n)}" for e, n in listed]
+        columns += [f"{spark_sql(tree)} AS {quoted(name)}" for name, tree in hidden.items()]
+        if time is not None and not any(_same_column(e, exp.column(time)) for e, _ in listed):
+            columns.append(f"{quoted(time)} AS `__window_time`")  # the windows are assigned by it
+        node_id = self.builder.select(node_id, columns, name=f"select ({into})")
+        keying = self.builder.key_by(keys)
+        windowing = self.builder.windowing(node_id, keying, _assigner(function), 0, None)
+        rank_column = names[at] if top_n.numbered and top_n.first < top_n.limit else None
+        node_id = self.builder.window_rank(node_id, keying, windowing, order, top_n.limit, rank_column,
+                                           name=f"{function.kind.lower()} window top-n ({into})",
+                                           first=top_n.first)  # fmt: skip
+        number = quoted(names[at]) if rank_column else f"CAST({top_n.first} AS BIGINT) AS {quoted(names[at])}"
+        kept = [number if i == at else quoted(n) for i, n in enumerate(names) if i != at or top_n.numbered]
+        node_id = self.builder.select(node_id, kept, name=f"top-n columns ({into})")
+        return node_id, [n for i, n in enumerate(names) if i != at or top_n.numbered]
 
     def _project(self, node_id: int, expressions: list[exp.Expr], names: list[str], into: str) -> int:
         """The select list, named ``names``; a changelog keeps its row kinds, and a PROCTIME()
