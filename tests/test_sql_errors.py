@@ -439,7 +439,7 @@ def plan(script: str, **config: object) -> Pipeline:
         (
             ORDERS.format(extra="") + "SELECT * FROM (SELECT user_id, COUNT(*) AS n, ROW_NUMBER() OVER (PARTITION BY "
             "user_id ORDER BY user_id) AS rn FROM orders GROUP BY user_id) WHERE rn = 1;",
-            r"ROW_NUMBER\(\) OVER at line 2, column \d+ in a query with GROUP BY, aggregates, windows or DISTINCT",
+            r"ROW_NUMBER\(\) OVER at line 2, column \d+ in a query with GROUP BY, aggregates or DISTINCT",
         ),
         (
             ORDERS.format(extra=", 'source.watch' = 'true'") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER "

@@ -73,8 +73,8 @@ def argument_column(call: AggregateCall) -> str:
 
 
 def partial_fields(call: AggregateCall, argument: pa.DataType | None) -> list[pa.Field]:
-    """The partials a row contributes to ``call``: a count of values, and their sum (as
-    Flink sums: integers as BIGINT, else DOUBLE) or their min or max."""
+    """The partials a row contributes to ``call``: a count of values, and their sum
+    (integers as BIGINT, else DOUBLE, as keyflow's SUM) or their min or max."""
     count = pa.field(f"{call.name}.n", pa.int64())
     if call.function == "count":
         return [count]

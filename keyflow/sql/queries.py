@@ -642,6 +642,10 @@ class QueryPlanner:
         ``window_start``/``window_end`` on but not compute with them."""
         at = next(i for i, e in enumerate(expressions) if e.find(exp.Window) is not None)
         window = expressions[at].unalias()
+        if function.kind == "SESSION":
+            raise SqlError(f"ROW_NUMBER() OVER at {position(window)} over SESSION(…) at {position(function)}: a "
+                           "window Top-N of session windows is not supported; rank a session window aggregation's "
+                           "rows")  # fmt: skip
         partition, ordered = window.args.get("partition_by") or [], window.args.get("order")
         by_window = {c.name.lower() for c in partition if isinstance(c, exp.Column)} & set(_WINDOW_COLUMNS)
         if by_window != set(_WINDOW_COLUMNS) or ordered is None:

@@ -1,0 +1,171 @@
+"""Window Top-N and window deduplication right after a window table function (Flink's
+WindowRankITCase, WindowDeduplicateITCase): each key's first rows per window, bounded and
+streamed (across a restart at another parallelism), equal to DuckDB's over the same files;
+late rows dropped and counted; the forms Flink refuses refused by name."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from keyflow import Pipeline
+from keyflow.sql.errors import SqlError
+from tests.pipelines import TEST_SPARK
+from tests.streams import read_output, split, write_parts
+
+START = pd.Timestamp("2026-03-01 11:58")
+CONFIG = {**TEST_SPARK, "spark.sql.session.timeZone": "UTC", "execution.checkpointing.interval": "0 s"}
+TABLES = """
+CREATE TABLE bids (user_id STRING, price BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'parquet'{watch});
+CREATE TABLE out (user_id STRING, price BIGINT, ts TIMESTAMP(3), window_start TIMESTAMP(3),
+  window_end TIMESTAMP(3), rn BIGINT) WITH ('connector' = 'filesystem', 'path' = '{out}', 'format' = 'parquet');
+"""
+WATCHED = ", 'source.watch' = 'true', 'source.max-files-per-batch' = '1'"
+WINDOWS = {
+    "tumble": ("TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '1' MINUTE)", 60, 60),
+    "hop": ("HOP(TABLE bids, DESCRIPTOR(ts), INTERVAL '30' SECOND, INTERVAL '2' MINUTE)", 120, 30),
+}
+TOP_N = ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end, user_id ORDER BY price "
+         "DESC) AS rn FROM TABLE({window})) WHERE rn <= 2")  # fmt: skip
+DEDUPLICATE = ("SELECT user_id, price, ts, window_start, window_end, 1 FROM (SELECT *, ROW_NUMBER() OVER "
+               "(PARTITION BY window_start, window_end, user_id ORDER BY ts {direction}) AS rn FROM TABLE({window})) "
+               "WHERE rn = 1")  # fmt: skip
+
+
+def bids(rows: int = 900, seed: int = 6) -> pd.DataFrame:
+    """Bids of 6 users over six minutes in time order, distinct prices and times."""
+    rng = np.random.default_rng(seed)
+    offsets = np.sort(rng.choice(360_000, rows, replace=False))
+    return pd.DataFrame({"user_id": [f"u{n}" for n in rng.integers(0, 6, rows)],
+                         "price": rng.permutation(rows).astype(np.int64) * 3,
+                         "ts": (START + pd.to_timedelta(offsets, unit="ms")).astype("M8[us]")})  # fmt: skip
+
+
+def duckdb_answer(frame: pd.DataFrame, window: str, ranked: str) -> pd.DataFrame:
+    """Each row in each of its windows (Flink's: starts every slide, the last one at or before
+    the row), then ranked per user and window by ``ranked`` (a window function's ORDER BY)."""
+    _, size, slide = WINDOWS[window]
+    con = duckdb.connect()
+    con.register("bids", frame)
+    return con.sql(f"""
+        WITH windowed AS (
+          SELECT b.*, to_timestamp(s) AS window_start, to_timestamp(s + {size}) AS window_end
+          FROM bids b, unnest(generate_series(
+            CAST(floor(epoch(b.ts) / {slide}) * {slide} - {size} + {slide} AS BIGINT),
+            CAST(floor(epoch(b.ts) / {slide}) * {slide} AS BIGINT), {slide})) AS t(s))
+        SELECT user_id, price, ts, window_start::TIMESTAMP AS window_start, window_end::TIMESTAMP AS window_end,
+          row_number() OVER (PARTITION BY window_start, window_end, user_id ORDER BY {ranked}) AS rn
+        FROM windowed QUALIFY rn <= 2""").df()  # fmt: skip
+
+
+def same_rows(got: pd.DataFrame, expected: pd.DataFrame) -> None:
+    assert len(expected) > 20
+    columns = ["user_id", "price", "ts", "window_start", "window_end", "rn"]
+    times = dict.fromkeys(["ts", "window_start", "window_end"], "M8[us]")
+    got, expected = (f[columns].astype(times).sort_values(columns, ignore_index=True) for f in (got, expected))
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+
+
+def closed(frame: pd.DataFrame, data: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the windows the final watermark passed."""
+    watermark = data["ts"].max() - pd.Timedelta(seconds=5) - pd.Timedelta(microseconds=1)
+    return frame[frame["window_end"] - pd.Timedelta(microseconds=1) <= watermark]
+
+
+@pytest.mark.jvm
+@pytest.mark.parametrize("window", list(WINDOWS))
+def test_window_top_n_bounded_equals_duckdb(tmp_path: Path, window: str) -> None:
+    data = bids()
+    write_parts(tmp_path / "bids", [data])
+    pipeline = Pipeline(parallelism=2, config=CONFIG)
+    pipeline.sql(TABLES.format(path=tmp_path / "bids", watch="", out=tmp_path / "out")
+                 + f"INSERT INTO out {TOP_N.format(window=WINDOWS[window][0])};")  # fmt: skip
+    pipeline.run()
+    same_rows(read_output(tmp_path / "out"), duckdb_answer(data, window, "price DESC"))
+
+
+@pytest.mark.jvm
+@pytest.mark.parametrize("window", list(WINDOWS))
+def test_window_top_n_streamed_across_a_restart_at_another_parallelism(tmp_path: Path, window: str) -> None:
+    """Each window's first rows are emitted once, when the watermark passes its end: two
+    micro-batches at parallelism 2, a restart at 3 reading a third; the windows still open
+    at the end are not emitted."""
+    data = bids()
+    parts = split(data, 3)
+    write_parts(tmp_path / "bids", parts[:2])
+    script = (TABLES.format(path=tmp_path / "bids", watch=WATCHED, out=tmp_path / "out")
+              + f"INSERT INTO out {TOP_N.format(window=WINDOWS[window][0])};")  # fmt: skip
+    for parallelism in (2, 3):
+        if parallelism == 3:
+            write_parts(tmp_path / "later", [parts[2]])
+            (tmp_path / "later" / "part-0.parquet").rename(tmp_path / "bids" / "part-2.parquet")
+        pipeline = Pipeline(parallelism=parallelism, config=CONFIG)
+        pipeline.sql(script)
+        pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    expected = duckdb_answer(data, window, "price DESC")
+    assert len(closed(expected, data)) < len(expected), "every window closed: waiting is not tested"
+    same_rows(read_output(tmp_path / "out"), closed(expected, data))
+
+
+@pytest.mark.jvm
+@pytest.mark.parametrize("direction", ["ASC", "DESC"])
+def test_window_deduplicate_keeps_the_first_or_last_row(tmp_path: Path, direction: str) -> None:
+    """Flink's window deduplication: ROW_NUMBER() … ORDER BY the event time, rn = 1: each
+    user's first (ASC) or last (DESC) row of each window, streamed."""
+    data = bids()
+    write_parts(tmp_path / "bids", split(data, 3))
+    pipeline = Pipeline(parallelism=2, config=CONFIG)
+    query = DEDUPLICATE.format(direction=direction, window=WINDOWS["tumble"][0])
+    pipeline.sql(
+        TABLES.format(path=tmp_path / "bids", watch=WATCHED, out=tmp_path / "out") + f"INSERT INTO out {query};"
+    )
+    pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    expected = duckdb_answer(data, "tumble", f"ts {direction}")
+    same_rows(read_output(tmp_path / "out"), closed(expected[expected["rn"] == 1], data))
+
+
+@pytest.mark.jvm
+def test_rows_of_ended_windows_are_late_dropped_and_counted(tmp_path: Path) -> None:
+    """A row whose windows all ended before its micro-batch is late: dropped and counted; it
+    enters no window (a window is emitted once)."""
+    data = bids()
+    late = data.iloc[:30].assign(price=10_000_000)
+    write_parts(tmp_path / "bids", [data, late])
+    pipeline = Pipeline(parallelism=2, config=CONFIG)
+    pipeline.sql(TABLES.format(path=tmp_path / "bids", watch=WATCHED, out=tmp_path / "out")
+                 + f"INSERT INTO out {TOP_N.format(window=WINDOWS['tumble'][0])};")  # fmt: skip
+    result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert [sum(batch.late_rows_dropped.values()) for batch in result.batches] == [0, 30]
+    same_rows(read_output(tmp_path / "out"), closed(duckdb_answer(data, "tumble", "price DESC"), data))
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY price) AS rn FROM TABLE({w})) "
+         "WHERE rn <= 2", r"needs PARTITION BY window_start, window_end\[, keys\] and ORDER BY: as Flink's window "
+         r"Top-N"),
+        ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY window_start) "
+         "AS rn FROM TABLE({w})) WHERE rn <= 2", r"ORDER BY window_start or window_end at line \d+, column \d+"),
+        ("SELECT user_id, price, ts, window_start, window_end, rn FROM (SELECT user_id, price, ts, window_start, "
+         "window_end, window_end - INTERVAL '1' SECOND AS last_second, ROW_NUMBER() OVER (PARTITION BY "
+         "window_start, window_end ORDER BY price) AS rn FROM TABLE({w})) WHERE rn <= 2",
+         r"computes with the windows of TUMBLE\(…\), which keyflow makes in the window Top-N"),
+        ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY price) AS rn "
+         "FROM TABLE(SESSION(TABLE bids PARTITION BY user_id, DESCRIPTOR(ts), INTERVAL '1' MINUTE))) WHERE rn <= 2",
+         r"over SESSION\(…\) at line \d+, column \d+: a window Top-N of session windows is not supported"),
+    ],
+)  # fmt: skip
+def test_window_top_n_mistakes_are_named_before_spark(query: str, message: str) -> None:
+    with pytest.raises(SqlError) as refused:
+        Pipeline(parallelism=2, config=TEST_SPARK).sql(
+            TABLES.format(path="/tmp/none", watch="", out="/tmp/none-out")
+            + f"INSERT INTO out {query.format(w=WINDOWS['tumble'][0])};"
+        )
+    assert re.search(message, str(refused.value)), refused.value
