@@ -44,15 +44,32 @@ def write_files(directory: Path, frame: pd.DataFrame, schema: pa.Schema = EVENTS
     pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), directory / "part.parquet")
 
 
-def write_parts(directory: Path, parts: Iterable[pd.DataFrame]) -> None:
-    """Each frame as the next Parquet file ``part-N`` of a new directory, each file modified a
-    second after the one before: a watched source reads files in modification order (Spark's
-    FileStreamSource), and files written within one clock tick would come in any order."""
+def write_parts(directory: Path, parts: Iterable[pd.DataFrame], first: int = 0) -> None:
+    """Each frame as the next Parquet file ``part-N`` (from ``first``) of a directory, each file
+    modified a second after the one before: a watched source reads files in modification order
+    (Spark's FileStreamSource), and files written within one clock tick would come in any order."""
     directory.mkdir(parents=True, exist_ok=True)
-    for number, part in enumerate(parts):
+    for number, part in enumerate(parts, start=first):
         path = directory / f"part-{number}.parquet"
         part.to_parquet(path, index=False)
         os.utime(path, (1_700_000_000 + number, 1_700_000_000 + number))
+
+
+def run_restarted(
+    script: str, directory: Path, parts: list[pd.DataFrame], checkpoint: Path, config: dict[str, object]
+) -> None:
+    """A SQL ``script`` over a watched ``directory``: all ``parts`` but the last read at
+    parallelism 2, then a restart at 3 that reads the last (one micro-batch per part)."""
+    write_parts(directory, parts[:-1])
+    for parallelism in (2, 3):
+        if parallelism == 3:
+            write_parts(directory, parts[-1:], first=len(parts) - 1)
+        pipeline = Pipeline(parallelism=parallelism, config=config)
+        pipeline.sql(script)
+        result = pipeline.run(checkpoint=str(checkpoint), available_now=True)
+        assert [batch.parallelism for batch in result.batches] == [parallelism] * (
+            len(parts) - 1 if parallelism == 2 else 1
+        )
 
 
 def split(frame: pd.DataFrame, parts: int) -> list[pd.DataFrame]:

@@ -19,7 +19,7 @@ from keyflow.errors import PlanError
 from keyflow.plan.nodes import OverFrame, OverNode
 from keyflow.sql.errors import SqlError
 from tests.pipelines import TEST_SPARK
-from tests.streams import read_output, split, write_parts
+from tests.streams import read_output, run_restarted, split, write_parts
 
 START = pd.Timestamp("2026-03-01 12:00")
 CONFIG = {**TEST_SPARK, "spark.sql.session.timeZone": "UTC", "execution.checkpointing.interval": "0 s"}
@@ -96,18 +96,9 @@ def test_row_time_partitioned_over_streamed_across_a_restart_at_another_parallel
     the final watermark passed are emitted, each once, with DuckDB's aggregates over all the
     rows (the state kept for later frames moved with its key groups)."""
     data = clicks(ties="range" in frame)
-    parts = split(data, 3)
-    write_parts(tmp_path / "clicks", parts[:2])
     script = (TABLES.format(path=tmp_path / "clicks", watch=WATCHED, out=tmp_path / "out")
               + f"INSERT INTO out {SELECTED.format(frame=FRAMES[frame])};")  # fmt: skip
-    for parallelism in (2, 3):
-        if parallelism == 3:
-            write_parts(tmp_path / "later", [parts[2]])
-            (tmp_path / "later" / "part-0.parquet").rename(tmp_path / "clicks" / "part-2.parquet")
-        pipeline = Pipeline(parallelism=parallelism, config=CONFIG)
-        pipeline.sql(script)
-        result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
-        assert all(batch.parallelism == parallelism for batch in result.batches)
+    run_restarted(script, tmp_path / "clicks", split(data, 3), tmp_path / "ckpt", CONFIG)
     watermark = data["ts"].max() - pd.Timedelta(seconds=5) - pd.Timedelta(microseconds=1)
     expected = duckdb_answer(data, FRAMES[frame])
     assert (expected["ts"] > watermark).any(), "every row fired: waiting for the watermark is not tested"

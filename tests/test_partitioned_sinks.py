@@ -184,8 +184,7 @@ def test_streamed_partition_time_commit_across_a_restart(tmp_path: Path, zone: s
     out = tmp_path / "out"
     for run, seen in ((1, parts[:2]), (2, parts)):
         if run == 2:
-            write_parts(tmp_path / "more", [parts[2]])
-            (tmp_path / "more" / "part-0.parquet").rename(tmp_path / "in" / "part-2.parquet")
+            write_parts(tmp_path / "in", [parts[2]], first=2)
         pipeline = Pipeline(parallelism=2, config={**CONFIG, "spark.sql.session.timeZone": zone})
         pipeline.sql(script)
         pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)

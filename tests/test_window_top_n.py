@@ -16,7 +16,7 @@ import pytest
 from keyflow import Pipeline
 from keyflow.sql.errors import SqlError
 from tests.pipelines import TEST_SPARK
-from tests.streams import read_output, split, write_parts
+from tests.streams import read_output, run_restarted, split, write_parts
 
 START = pd.Timestamp("2026-03-01 11:58")
 CONFIG = {**TEST_SPARK, "spark.sql.session.timeZone": "UTC", "execution.checkpointing.interval": "0 s"}
@@ -97,17 +97,9 @@ def test_window_top_n_streamed_across_a_restart_at_another_parallelism(tmp_path:
     micro-batches at parallelism 2, a restart at 3 reading a third; the windows still open
     at the end are not emitted."""
     data = bids()
-    parts = split(data, 3)
-    write_parts(tmp_path / "bids", parts[:2])
     script = (TABLES.format(path=tmp_path / "bids", watch=WATCHED, out=tmp_path / "out")
               + f"INSERT INTO out {TOP_N.format(window=WINDOWS[window][0])};")  # fmt: skip
-    for parallelism in (2, 3):
-        if parallelism == 3:
-            write_parts(tmp_path / "later", [parts[2]])
-            (tmp_path / "later" / "part-0.parquet").rename(tmp_path / "bids" / "part-2.parquet")
-        pipeline = Pipeline(parallelism=parallelism, config=CONFIG)
-        pipeline.sql(script)
-        pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    run_restarted(script, tmp_path / "bids", split(data, 3), tmp_path / "ckpt", CONFIG)
     expected = duckdb_answer(data, window, "price DESC")
     assert len(closed(expected, data)) < len(expected), "every window closed: waiting is not tested"
     same_rows(read_output(tmp_path / "out"), closed(expected, data))
