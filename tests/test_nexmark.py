@@ -96,6 +96,7 @@ REFERENCES = {
     "ELSE 1 END) OVER (PARTITION BY bidder ORDER BY dateTime) AS session FROM (SELECT bidder, dateTime, "
     "lag(dateTime) OVER (PARTITION BY bidder ORDER BY dateTime) AS previous FROM bid)) "
     "SELECT bidder, count(*), min(dateTime), max(dateTime) + INTERVAL 10 SECOND FROM s GROUP BY bidder, session",
+    "q12": "SELECT bidder, count(*) FROM bid GROUP BY bidder",  # one processing time: one window each (WALL_CLOCK)
     "q13": "SELECT B.auction, B.bidder, B.price, B.dateTime, S.value FROM bid B JOIN side_input S "
     "ON B.auction % 10000 = S.key",
     "q14": "SELECT auction, bidder, CAST(0.908 * price AS DECIMAL(23, 3)), CASE WHEN hour(dateTime) >= 8 AND "
@@ -133,6 +134,9 @@ STREAMED = ("q1", "q3", "q4", "q17", "q20", "q9", "q18", "q19", "q13", "q10")
 # Top-N queries whose order has ties in these events: which of the tied rows is kept is not fixed (in Flink
 # neither), so they are compared by these columns, and each row kept must be one of the query's input rows.
 TIES = {"q19": ("SELECT * FROM bid", ["auction", "price", "rank_number"])}
+# Queries windowed by processing time: their windows are the wall clock's, so they are compared
+# by the other columns, and each window must be 10 s that held the run's processing time.
+WALL_CLOCK = {"q12": (["bidder", "bid_count"], "starttime", "endtime")}
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +224,14 @@ def test_streamed_queries_survive_a_kill_and_a_restart_at_another_parallelism(
 def assert_answer(run: Path, name: str, table: pa.Table) -> None:
     """``table`` is DuckDB's answer to query ``name`` (up to the choice among tied rows, see ``TIES``)."""
     reference = _duckdb(run, name)
+    if name in WALL_CLOCK:
+        columns, start, end = WALL_CLOCK[name]
+        starts, ends = (table.column(c).to_pandas() for c in (start, end))
+        assert ((ends - starts) == pd.Timedelta(seconds=10)).all(), name
+        assert starts.nunique() == 1, name  # a bounded run's rows are all processed at one time
+        now = pd.Timestamp.now(tz="UTC").tz_localize(None)
+        assert now - pd.Timedelta(hours=1) < starts.iloc[0] <= now, name  # the run's clock (UTC), not event time
+        table = table.select(columns)
     got, expected = _rows(table), _rows(reference)
     assert got, f"{name} gave no rows on these events: the comparison would prove nothing"
     assert len(got) == len(expected), (name, len(got), len(expected))

@@ -311,10 +311,12 @@ def lookup_plan(query: str, watch: str = "") -> Pipeline:
             r"time is not supported",
         ),
         (
-            "SELECT user_id, page, CAST(COUNT(*) AS STRING) FROM TABLE(TUMBLE(TABLE pclicks, DESCRIPTOR(proc), "
-            "INTERVAL '1' MINUTE)) GROUP BY user_id, page, window_start, window_end",
-            r"TUMBLE\(TABLE pclicks, DESCRIPTOR\(proc\), …\) at line 4, column \d+: proc is a PROCTIME\(\) column, "
-            r"and processing-time windows are not supported",
+            "SELECT user_id, page, CAST(rn AS STRING) FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, "
+            "window_end ORDER BY page) AS rn FROM TABLE(TUMBLE(TABLE pclicks, DESCRIPTOR(proc), INTERVAL '1' "
+            "MINUTE))) WHERE rn <= 1",
+            r"TUMBLE\(…, DESCRIPTOR\(proc\), …\) at line 4, column \d+: proc is a PROCTIME\(\) column; keyflow runs "
+            r"processing-time windows as window aggregations \(GROUP BY window_start, window_end\), not in a window "
+            r"Top-N",
         ),
     ],
 )

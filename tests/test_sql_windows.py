@@ -4,6 +4,7 @@ Python assigning the same rows to the same windows, bounded and streamed over mi
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +177,38 @@ def test_window_offsets_as_flink_reads_them(offset: str, micros: int) -> None:
     )
     (window,) = [n for n in pipeline.operators.values() if isinstance(n, WindowAggregateNode)]
     assert window.windowing.assigner.offset == micros
+
+
+@pytest.mark.jvm
+def test_processing_time_windows_fire_once_a_micro_batch_runs_after_their_end(tmp_path: Path) -> None:
+    """Flink's processing-time windows (TUMBLE over a PROCTIME() column, Nexmark q12): each
+    micro-batch's rows are in the window of the time it runs at; a window is emitted at the
+    first micro-batch that runs after its end, so after a restart (at another parallelism) a
+    second later, every window of the first run is out, each once, and the last one waits."""
+    parts = split(write_clicks(tmp_path / "all", files=1), 3)
+    script = (
+        "CREATE TABLE clicks (user_id STRING, amount DOUBLE, ts TIMESTAMP(3)) WITH ('connector' = 'filesystem', "
+        f"'path' = '{tmp_path / 'clicks'}', 'format' = 'parquet', 'source.watch' = 'true', "
+        "'source.max-files-per-batch' = '1');\n"
+        "CREATE VIEW timed AS SELECT *, PROCTIME() AS p_time FROM clicks;\n"
+        f"CREATE TABLE out (user_id STRING, n BIGINT, starts TIMESTAMP(3), ends TIMESTAMP(3)) WITH ('connector' = "
+        f"'filesystem', 'path' = '{tmp_path / 'out'}', 'format' = 'parquet');\n"
+        "INSERT INTO out SELECT user_id, COUNT(*), window_start, window_end FROM TABLE(TUMBLE(TABLE timed, "
+        "DESCRIPTOR(p_time), INTERVAL '1' SECOND)) GROUP BY user_id, window_start, window_end;"
+    )
+    write_parts(tmp_path / "clicks", parts[:2])
+    config = {**TEST_SPARK, "spark.sql.session.timeZone": "UTC", "execution.checkpointing.interval": "0 s"}
+    for parallelism in (2, 3):
+        if parallelism == 3:
+            time.sleep(1.1)  # the first run's windows have all ended
+            write_parts(tmp_path / "clicks", parts[2:], first=2)
+            restarted = pd.Timestamp.now(tz="UTC").tz_localize(None)
+        pipeline = Pipeline(parallelism=parallelism, config=config)
+        pipeline.sql(script)
+        pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    out = read_output(tmp_path / "out")
+    assert ((out["ends"] - out["starts"]) == pd.Timedelta(seconds=1)).all()
+    assert (out["ends"] <= restarted).all()  # the restart's own window is still open
+    assert not out.duplicated(["user_id", "starts"]).any()  # each window emitted once
+    expected = pd.concat(parts[:2]).groupby("user_id").size()
+    pd.testing.assert_series_equal(out.groupby("user_id")["n"].sum(), expected, check_names=False)

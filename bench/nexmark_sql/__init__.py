@@ -17,7 +17,6 @@ ALL = tuple(f"q{n}" for n in range(23))
 # Constructs keyflow does not run yet (docs/sql.md "Nexmark").
 UNSUPPORTED = {  # query -> what its error names
     "q6": "ROW_NUMBER() OVER",  # its row number is filtered where it is made; Flink does not run q6 either
-    "q12": "TUMBLE(TABLE B, DESCRIPTOR(p_time), …)",  # processing-time windows
     "q14": "CREATE FUNCTION",  # a Java class; the same function in Python runs (tests/test_nexmark.py)
 }
 RUNNABLE = tuple(query for query in ALL if query not in UNSUPPORTED)

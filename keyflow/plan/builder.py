@@ -443,6 +443,20 @@ class PlanBuilder:
         )
         return nodes.Windowing(assigner, column, allowed_lateness, late_rows)
 
+    def processing_windowing(
+        self, input_id: int, keying: Keying, assigner: WindowAssigner, column: str
+    ) -> nodes.Windowing:
+        """Windows by the processing time (Flink's over a PROCTIME() ``column``): each row is in
+        the windows of the time its micro-batch runs at; a window fires at the first
+        micro-batch that runs after its end (every one at a bounded input's end)."""
+        if assigner.merging:
+            raise PlanError(f"window(...) of {assigner.kind} windows by processing time is not supported; use "
+                            "tumbling, sliding or cumulating windows")  # fmt: skip
+        if keying.reinterpreted or self.is_changelog(input_id):
+            raise PlanError("window(...) by processing time after reinterpret_as_keyed or over a changelog is not "
+                            "supported yet; use key_by(...) on insert-only rows")  # fmt: skip
+        return nodes.Windowing(assigner, column, processing_time=True)
+
     def _no_event_time(self, input_id: int) -> str:
         """Why the rows of ``input_id`` have no event time to window by."""
         origin = nodes.event_time_origin(self._nodes, input_id)

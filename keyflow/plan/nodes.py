@@ -197,9 +197,11 @@ class Windowing:
     time_column: str
     allowed_lateness: int = 0
     late_rows: Sink | None = None
+    processing_time: bool = False  # windows by the processing time (``time_column``: a PROCTIME() column)
 
     def describe(self) -> dict[str, Any]:
-        described: dict[str, Any] = {"window": self.assigner.describe(), "event_time": self.time_column}
+        time = "processing_time" if self.processing_time else "event_time"
+        described: dict[str, Any] = {"window": self.assigner.describe(), time: self.time_column}
         if self.allowed_lateness:
             described["allowed_lateness_us"] = self.allowed_lateness
         return described

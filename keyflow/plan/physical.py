@@ -183,6 +183,16 @@ class WindowAggregate(Aggregate):
 
 
 @dataclass(frozen=True, eq=False)
+class ProcessingTimeWindowAggregate(WindowAggregate):
+    """Windows by the processing time (Flink's over a PROCTIME() column): each micro-batch's
+    rows go to the windows of the time it runs at; a window's partials merge in state until a
+    micro-batch runs after its end (or the bounded input ends), which emits it."""
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        return (*super().contents(), ("time", "processing time"))
+
+
+@dataclass(frozen=True, eq=False)
 class SessionWindowAggregate(WindowAggregate):
     """Session windows: each key's open sessions (bounds and partials) in state; a micro-batch's
     sessions (Spark's ``session_window``) merge with them where rows bridge the gap."""
@@ -325,6 +335,7 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
     calls = parse_aggregations(node.aggregations)
     if isinstance(node, WindowAggregateNode):
         kind = SessionWindowAggregate if node.windowing.assigner.merging else WindowAggregate
+        kind = ProcessingTimeWindowAggregate if node.windowing.processing_time else kind
         return kind(node, mergeable(node.name, calls))
     if node.changelog:
         return RetractingAggregate(node, retractable(node.name, calls, "over a changelog"))

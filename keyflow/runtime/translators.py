@@ -25,7 +25,7 @@ from keyflow.plan import physical
 from keyflow.plan.aggregates import AggregateCall
 from keyflow.plan.columns import join_clash_message, join_clashes, missing_order_by_message, window_clash_message
 from keyflow.plan.descriptors import StateDescriptor, ValueState, with_ttl_columns
-from keyflow.plan.event_time import timer_state
+from keyflow.plan.event_time import NO_WATERMARK, PROCESSING_TIME, timer_state
 from keyflow.plan.graph import Operator
 from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START, JoinNode, KeyedNode, RankNode, Windowing
 from keyflow.runtime.aggregates import PartialMerge, RunningAggregate, partials
@@ -345,12 +345,34 @@ def _partials(
 def _window_aggregate(operator: physical.WindowAggregate, frame: DataFrame, context: KeyedContext) -> DataFrame:
     """Tumbling and sliding windows: Spark assigns each row its window(s) and aggregates the
     micro-batch per key and window; state merges the partials and fires on the watermark."""
+    windowing = operator.node.windowing
+    windowed = with_windows(
+        windowing, _assigned(operator.node, windowing, frame, context), context.time.watermark_before
+    )
+    function = WindowMerge(operator.calls, windowing.allowed_lateness, bool(windowing.allowed_lateness))
+    return _merged_windows(operator, windowed, function, context)
+
+
+def _processing_time_window_aggregate(
+    operator: physical.ProcessingTimeWindowAggregate, frame: DataFrame, context: KeyedContext
+) -> DataFrame:
+    """Windows by the processing time: every row of the micro-batch is at the time it runs at
+    (its operators' clock, which also fires the windows), so none is late."""
+    at_now = frame.withColumn(EVENT_MICROS, F.lit(context.time.processing_time))
+    windowed = with_windows(operator.node.windowing, at_now, NO_WATERMARK)
+    function = WindowMerge(operator.calls, 0, False, domain=PROCESSING_TIME)
+    return _merged_windows(operator, windowed, function, context)
+
+
+def _merged_windows(
+    operator: physical.WindowAggregate, windowed: DataFrame, function: WindowMerge, context: KeyedContext
+) -> DataFrame:
+    """Spark aggregates the micro-batch's rows per key and window; ``function`` merges the
+    partials in state and fires the windows."""
     node, windowing = operator.node, operator.node.windowing
     keys = (*node.keys, WINDOW_START, WINDOW_END)
-    windowed = with_windows(windowing, _assigned(node, windowing, frame, context), context.time.watermark_before)
     partial, types, values = _partials(operator.calls, windowed.groupBy(*keys))
     state = WindowMerge.state({column: types.field(column).type for column in _partial_expressions(operator.calls)})
-    function = WindowMerge(operator.calls, windowing.allowed_lateness, bool(windowing.allowed_lateness))
     exchanged = context.exchange(partial, keep_key_group=True)
     output = pa.schema([*[types.field(key) for key in keys], *values, *_updates(windowing)])
     return context.run(exchanged, function, output, state, (), unique_keys=True, keys=keys)
@@ -637,6 +659,7 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.MergedPartialsAggregate: _merged_partials,
     physical.WindowAggregate: _window_aggregate,
     physical.SessionWindowAggregate: _session_window_aggregate,
+    physical.ProcessingTimeWindowAggregate: _processing_time_window_aggregate,
     physical.WindowProcess: _window_process,
     physical.InWorkerAggregate: _in_worker,
     physical.RetractingAggregate: _retracting,

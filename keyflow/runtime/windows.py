@@ -23,6 +23,7 @@ from pyspark import Accumulator
 from keyflow.errors import DataError, WorkerError
 from keyflow.plan.aggregates import AggregateCall
 from keyflow.plan.descriptors import ListState, StateDescriptor, ValueState
+from keyflow.plan.event_time import EVENT_TIME
 from keyflow.plan.nodes import IS_UPDATE, WINDOW_END, WINDOW_START
 from keyflow.runtime.aggregates import final_values, merge_partials, partials
 from keyflow.runtime.keyed_function import KeyedFunction
@@ -50,6 +51,7 @@ class WindowSlots(KeyedFunction):
 
     timed = True
     lateness = 0
+    domain = EVENT_TIME  # the time windows fire by: the watermark, or the processing time
 
     @classmethod
     def timing(cls) -> dict[str, StateDescriptor]:
@@ -68,22 +70,24 @@ class WindowSlots(KeyedFunction):
         state[CLEANUP_AT].update(pc.add(last, self.lateness))
 
     def advance(self, time: TaskTime, store: KeyedStateStore) -> Iterator[Any]:
-        due = store.columns[FIRE_AT].at_most(time.watermark, len(store))
+        due = store.columns[FIRE_AT].at_most(time.until(self.domain), len(store))
         if len(due):
             fired = self.fire(due, store)
             store.columns[FIRE_AT].set(due, pa.nulls(len(due), pa.int64()))
             store.columns[EMITTED].set(due, pa.array(np.ones(len(due), dtype=bool)))
             store.touch(due)
             yield fired
-        _drop(store, store.columns[CLEANUP_AT].at_most(time.watermark, len(store)))
+        _drop(store, store.columns[CLEANUP_AT].at_most(time.until(self.domain), len(store)))
 
 
 class WindowMerge(WindowSlots):
     """Tumbling and sliding windows: one state slot per (key, window) holding the merged
     partials, when it fires (``end - 1``) and when it is dropped (``+ allowed_lateness``)."""
 
-    def __init__(self, calls: tuple[AggregateCall, ...], lateness: int, marks_updates: bool) -> None:
-        self.calls, self.lateness, self.marks_updates = calls, lateness, marks_updates
+    def __init__(
+        self, calls: tuple[AggregateCall, ...], lateness: int, marks_updates: bool, domain: str = EVENT_TIME
+    ) -> None:
+        self.calls, self.lateness, self.marks_updates, self.domain = calls, lateness, marks_updates, domain
 
     @classmethod
     def state(cls, partial_types: dict[str, pa.DataType]) -> dict[str, StateDescriptor]:

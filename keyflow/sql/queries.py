@@ -416,14 +416,9 @@ class QueryPlanner:
         table = function.args["table"]
         node_id, columns = self.read(table.name)
         time = function.args["time"].name
-        if time.lower() in self._proctime_columns(node_id):
-            raise SqlError(
-                f"{function.kind}(TABLE {table.name}, DESCRIPTOR({time}), …) at {position(function)}: {time} is a "
-                "PROCTIME() column, and processing-time windows are not supported; keyflow windows by event time, "
-                "the column a WATERMARK is declared on"
-            )
         event_time = event_time_at(self.builder.operators, node_id)
-        if event_time is None or event_time.lower() != time.lower():
+        proctime = time.lower() in self._proctime_columns(node_id)
+        if not proctime and (event_time is None or event_time.lower() != time.lower()):
             declared = f"its event time is {event_time!r}" if event_time else "it has no WATERMARK"
             raise SqlError(
                 f"{function.kind}(TABLE {table.name}, DESCRIPTOR({time}), …) at {position(function)}: keyflow windows "
@@ -441,6 +436,7 @@ class QueryPlanner:
         join (or the window aggregation) that reads them assigns; so the select list may pass
         ``window_start`` and ``window_end`` on but not compute with them, and the event-time
         column is kept (hidden where not selected)."""
+        self._event_time_windows(node_id, function, "a window join")
         time = event_time_at(self.builder.operators, node_id)
         columns, keeps_time = [], False
         for expression, name in zip(expressions, names, strict=True):
@@ -514,7 +510,14 @@ class QueryPlanner:
         if not calls:
             calls["__window_rows"] = "COUNT(*)"
         keying = self.builder.key_by(keys)
-        windowing = self.builder.windowing(node_id, keying, _assigner(function), 0, None)
+        time = function.args["time"].name
+        if time.lower() in self._proctime_columns(node_id):  # Flink's processing-time windows
+            try:
+                windowing = self.builder.processing_windowing(node_id, keying, _assigner(function), time)
+            except PlanError as error:
+                raise SqlError(f"{function.kind}(…) at {position(function)}: {error}") from None
+        else:
+            windowing = self.builder.windowing(node_id, keying, _assigner(function), 0, None)
         node_id = self.builder.window_aggregate(node_id, keying, windowing, calls)
         self.builder.rename(node_id, f"{function.kind.lower()} window ({into})")
         if condition is not None:
@@ -640,6 +643,7 @@ class QueryPlanner:
         OVER (PARTITION BY window_start, window_end[, keys] ORDER BY …)`` filtered by the reading
         query; keyflow assigns the windows in the operator, so the select list may pass
         ``window_start``/``window_end`` on but not compute with them."""
+        self._event_time_windows(node_id, function, "a window Top-N")
         at = next(i for i, e in enumerate(expressions) if e.find(exp.Window) is not None)
         window = expressions[at].unalias()
         if function.kind == "SESSION":
@@ -702,6 +706,16 @@ class QueryPlanner:
         kept = [number if i == at else quoted(n) for i, n in enumerate(names) if i != at or top_n.numbered]
         node_id = self.builder.select(node_id, kept, name=f"top-n columns ({into})")
         return node_id, [n for i, n in enumerate(names) if i != at or top_n.numbered]
+
+    def _event_time_windows(self, node_id: int, function: WindowTableFunction, what: str) -> None:
+        """Refuses windows by a PROCTIME() column where only a window aggregation takes them."""
+        time = function.args["time"].name
+        if time.lower() in self._proctime_columns(node_id):
+            raise SqlError(
+                f"{function.kind}(…, DESCRIPTOR({time}), …) at {position(function)}: {time} is a PROCTIME() column; "
+                f"keyflow runs processing-time windows as window aggregations (GROUP BY window_start, window_end), "
+                f"not in {what}, which windows by the column a WATERMARK is declared on"
+            )
 
     def _project(self, node_id: int, expressions: list[exp.Expr], names: list[str], into: str) -> int:
         """The select list, named ``names``; a changelog keeps its row kinds, and a PROCTIME()
