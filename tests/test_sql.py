@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from keyflow import Log, Pipeline
 from keyflow.changelog import current
 from keyflow.cli.app import app
+from keyflow.sql.errors import SqlError
 from tests.pipelines import TEST_SPARK
 from tests.streams import read_output, split, write_parts
 
@@ -338,6 +339,53 @@ def test_group_by_without_aggregates_is_distinct(tmp_path: Path) -> None:
     expected = duckdb.sql(f"SELECT DISTINCT country, qty FROM '{files}/*.parquet' WHERE qty < 4").df()
     expected = expected.sort_values(["country", "qty"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+
+
+WITH_QUERIES = {  # sink -> a query with WITH (as Flink reads it), run by keyflow and DuckDB alike
+    "spenders": "WITH big AS (SELECT user_id, amount FROM orders WHERE amount > 100), per_user AS (SELECT user_id, "
+    "COUNT(*) AS n, SUM(amount) AS total FROM big GROUP BY user_id) SELECT user_id, n, total FROM per_user WHERE n > 1",
+    "pairs": "WITH big AS (SELECT order_id, user_id, amount FROM orders WHERE country = 'FR') SELECT a.order_id, "
+    "b.order_id AS other, a.user_id FROM big a JOIN big b ON a.user_id = b.user_id AND a.order_id < b.order_id",
+}
+WITH_SINKS = {
+    "spenders": "user_id STRING, n BIGINT, total DOUBLE",
+    "pairs": "order_id BIGINT, other BIGINT, user_id STRING",
+}
+
+
+@pytest.mark.jvm
+def test_with_queries_equal_duckdb(tmp_path: Path) -> None:
+    """WITH queries are views of their statement: read by later ones, read twice (a self-join),
+    the same name in two statements, and ``WITH … INSERT INTO`` as Flink writes it."""
+    files = write_orders(tmp_path / "orders", rows=3_000)
+    script = ORDERS_DDL.format(path=files, scan="")
+    for sink, columns in WITH_SINKS.items():
+        script += (f"CREATE TABLE {sink} ({columns}) WITH ('connector' = 'filesystem', 'path' = "
+                   f"'{tmp_path / sink}', 'format' = 'parquet');\n")  # fmt: skip
+    script += f"INSERT INTO spenders {WITH_QUERIES['spenders']};\n"
+    script += WITH_QUERIES["pairs"].replace(" SELECT a.order_id", " INSERT INTO pairs SELECT a.order_id", 1) + ";"
+    p = pipeline()
+    p.sql(script)
+    p.run()
+    for sink, query in WITH_QUERIES.items():
+        got = read_output(tmp_path / sink)
+        expected = duckdb.sql(query.replace("WITH ", f"WITH orders AS (FROM '{files}/*.parquet'), ", 1)).df()
+        columns = list(expected.columns)
+        assert len(expected) > 20
+        pd.testing.assert_frame_equal(got[columns].sort_values(columns, ignore_index=True),
+                                      expected.sort_values(columns, ignore_index=True), check_dtype=False)  # fmt: skip
+
+
+def test_with_mistakes_are_named() -> None:
+    sink = "CREATE TABLE o (n INT) WITH ('connector' = 'blackhole'); INSERT INTO o SELECT * FROM v;"
+    for query, message in (
+        ("WITH RECURSIVE r AS (SELECT 1 AS n) SELECT n FROM r", r"WITH RECURSIVE at line \d+, column \d+ is not"),
+        ("WITH orders AS (SELECT 1 AS n) SELECT n FROM orders",
+         r"WITH orders at line \d+, column \d+: a table, view or WITH query is named 'orders' already"),
+    ):  # fmt: skip
+        script = ORDERS_DDL.format(path="/tmp/none", scan="") + f"CREATE VIEW v AS {query}; {sink}"
+        with pytest.raises(SqlError, match=message):
+            pipeline().sql(script)
 
 
 @pytest.mark.jvm

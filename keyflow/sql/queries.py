@@ -31,7 +31,7 @@ from keyflow.sql.intervals import interval_bounds, is_time_equality
 from keyflow.sql.options import parallelism_option
 from keyflow.sql.over import Over, inline_named_windows, over_aggregates, read_over
 from keyflow.sql.scope import Relation, Side, belongs, expand_star, own_nodes, resolve, resolve_trees
-from keyflow.sql.statements import DIALECT, interval_micros, is_proctime
+from keyflow.sql.statements import DIALECT, CreateView, interval_micros, is_proctime
 from keyflow.sql.tables import quoted, source_of
 from keyflow.sql.top_n import TopN, top_n_of
 
@@ -40,7 +40,6 @@ _UNSUPPORTED = {
     "order": "ORDER BY",
     "limit": "LIMIT",
     "offset": "OFFSET",
-    "with_": "WITH (common table expressions)",
     "windows": "WINDOW",
     "qualify": "QUALIFY",
     "laterals": "LATERAL VIEW",
@@ -77,6 +76,10 @@ class QueryPlanner:
         """The node of ``query`` and the names of its columns (a changelog's ``op`` aside).
         Its operators are named after ``into`` (the sink table), so their ids stay stable.
         ``top_n``: the outer query keeps the first rows by this query's ``ROW_NUMBER()``."""
+        ctes = query.args.get("with_")
+        if ctes is not None:
+            query.set("with_", None)
+            return self._with(ctes, query, into, top_n)
         inline_named_windows(query)
         for arg, construct in _UNSUPPORTED.items():
             if query.args.get(arg):
@@ -142,6 +145,29 @@ class QueryPlanner:
         if query.args.get("having") is not None:
             raise SqlError(f"HAVING at {position(query.args['having'])} needs GROUP BY or an aggregate")
         return self._project(node_id, expressions, names, into), names
+
+    def _with(self, ctes: exp.With, query: exp.Select, into: str, top_n: TopN | None) -> tuple[int, list[str]]:
+        """``WITH a AS (…), b AS (…) SELECT …``: each WITH query a view of this statement only
+        (planned where first read, once however often read), gone once the query is planned."""
+        if ctes.args.get("recursive"):
+            raise SqlError(f"WITH RECURSIVE at {position(ctes)} is not supported (nor is it in Flink)")
+        catalog, declared = self.catalog, []
+        try:
+            for cte in ctes.expressions:
+                name = cte.alias
+                if name in catalog or name in declared:
+                    raise SqlError(f"WITH {name} at {position(cte)}: a table, view or WITH query is named {name!r} "
+                                   "already; give the WITH query another name")  # fmt: skip
+                if not isinstance(cte.this, exp.Select):
+                    raise SqlError(f"WITH {name} at {position(cte)} is a {type(cte.this).__name__.upper()}; keyflow "
+                                   "supports WITH name AS (SELECT …)")  # fmt: skip
+                catalog.queries[name] = CreateView(name, cte.this, f"WITH query {name!r}")
+                declared.append(name)
+            return self.select(query, into, top_n)
+        finally:
+            for name in declared:
+                for entries in (catalog.queries, catalog.read, catalog.columns):
+                    entries.pop(name, None)
 
     # -- FROM ------------------------------------------------------------------------------
     def relation(self, item: exp.Expr, into: str, query: exp.Select) -> Relation:

@@ -425,4 +425,6 @@ def _insert(tree: exp.Insert, explain: bool) -> Insert:
     if not isinstance(query, exp.Select):
         construct = type(query).__name__.upper() if query is not None else "nothing"
         raise SqlError(f"INSERT INTO {target.name} reads {construct} at {position(query)}; keyflow supports SELECT …")
+    if tree.args.get("with_") is not None:  # WITH … INSERT INTO t SELECT …: the query's WITH
+        query.set("with_", tree.args["with_"])
     return Insert(target.name, query, explain, position(tree))
