@@ -428,8 +428,8 @@ def plan(script: str, **config: object) -> Pipeline:
         (
             ORDERS.format(extra="") + "SELECT user_id, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY amount) AS rn "
             "FROM orders;",
-            r"ROW_NUMBER\(\) OVER at line 2, column \d+ runs as Flink's Top-N only as a column of a derived table that "
-            r"the query reading it filters",
+            r"ROW_NUMBER\(\) OVER at line 2, column \d+ runs as Flink's Top-N only as a column of a derived table, "
+            r"view or WITH query that the query reading it filters",
         ),
         (
             ORDERS.format(extra="") + "SELECT * FROM (SELECT user_id, ROW_NUMBER() OVER (PARTITION BY user_id ORDER "

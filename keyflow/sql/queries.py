@@ -173,6 +173,7 @@ class QueryPlanner:
     def relation(self, item: exp.Expr, into: str, query: exp.Select) -> Relation:
         """What ``item``, a FROM or JOIN operand of ``query``, reads."""
         alias = item.alias if isinstance(item, (exp.Table, exp.Subquery)) else ""
+        item = self._ranked_view(item)
         ranked = top_n_of(item, query)
         if ranked is not None:  # a Top-N, whose filter is in the reading query
             node_id, names = self.select(item.this, into, ranked)
@@ -198,6 +199,17 @@ class QueryPlanner:
             return relation
         raise SqlError(f"FROM {item.sql(dialect=DIALECT)} at {position(item)} is not supported; read a table, a view "
                        "or (SELECT …)")  # fmt: skip
+
+    def _ranked_view(self, item: exp.Expr) -> exp.Expr:
+        """A view or WITH query numbering its rows (``ROW_NUMBER() OVER … AS rn``) as the derived
+        table it stands for: the reading query's filter on ``rn`` makes it a Top-N of this reader."""
+        if not isinstance(item, exp.Table) or item.args.get("db") or item.name not in self.catalog.queries:
+            return item
+        view = self.catalog.queries[item.name].query
+        if not any(isinstance(e.unalias(), exp.Window) and isinstance(e.unalias().this, exp.RowNumber)
+                   for e in view.expressions):  # fmt: skip
+            return item
+        return exp.Subquery(this=view.copy(), alias=exp.TableAlias(this=exp.to_identifier(item.alias or item.name)))
 
     def read(self, name: str) -> tuple[int, list[str] | None]:
         """The node of table or view ``name`` (its source is added once) and its columns if known."""
@@ -1026,9 +1038,9 @@ def _window_refusal(node: exp.Window) -> str:
                 "filter or group by it in an outer query")  # fmt: skip
     if isinstance(node.this, exp.RowNumber):
         return (
-            f"ROW_NUMBER() OVER at {position(node)} runs as Flink's Top-N only as a column of a derived table that "
-            "the query reading it filters: SELECT … FROM (SELECT …, ROW_NUMBER() OVER (…) AS rn FROM t) WHERE rn <= "
-            "N (not in a view or a WITH query yet)"
+            f"ROW_NUMBER() OVER at {position(node)} runs as Flink's Top-N only as a column of a derived table, "
+            "view or WITH query that the query reading it filters: SELECT … FROM (SELECT …, ROW_NUMBER() OVER (…) "
+            "AS rn FROM t) WHERE rn <= N"
         )
     if isinstance(node.this, (exp.Rank, exp.DenseRank)):
         name = "RANK" if isinstance(node.this, exp.Rank) else "DENSE_RANK"
