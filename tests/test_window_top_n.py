@@ -137,6 +137,30 @@ def test_rows_of_ended_windows_are_late_dropped_and_counted(tmp_path: Path) -> N
     same_rows(read_output(tmp_path / "out"), closed(duckdb_answer(data, "tumble", "price DESC"), data))
 
 
+@pytest.mark.jvm
+def test_window_deduplicate_keeping_the_last_row_takes_a_later_row_of_an_equal_time(tmp_path: Path) -> None:
+    """Flink's RowTimeWindowDeduplicateProcessor: keeping the last row, a later row of an equal
+    time replaces the kept one (across micro-batches); keeping the first, it does not."""
+    times = (START + pd.to_timedelta([5, 5, 7], unit="s")).astype("M8[us]")
+    parts = [pd.DataFrame({"user_id": ["u1"] * 1, "price": [price], "ts": times[i : i + 1]})
+             for i, price in enumerate([10, 20, 5])]  # fmt: skip
+    parts[2] = parts[2].assign(ts=times[:1], price=30)  # the third: the same time as the first two
+    write_parts(tmp_path / "bids", parts)
+    later = pd.DataFrame({"user_id": ["u1"], "price": [1], "ts": [START + pd.Timedelta(minutes=5)]})
+    write_parts(tmp_path / "bids", [later.astype({"ts": "M8[us]"})], first=3)  # closes the first minute
+    script = TABLES.format(path=tmp_path / "bids", watch=WATCHED, out=tmp_path / "out")
+    for direction in ("ASC", "DESC"):
+        deduplicated = DEDUPLICATE.format(direction=direction, window=WINDOWS["tumble"][0])
+        script += (f"CREATE TABLE out_{direction} (user_id STRING, price BIGINT) WITH ('connector' = 'filesystem', "
+                   f"'path' = '{tmp_path / direction}', 'format' = 'parquet');\nINSERT INTO out_{direction} SELECT "
+                   f"user_id, price FROM ({deduplicated});\n")  # fmt: skip
+    pipeline = Pipeline(parallelism=2, config=CONFIG)
+    pipeline.sql(script)
+    assert len(pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True).batches) == 4
+    assert read_output(tmp_path / "ASC")["price"].tolist() == [10]
+    assert read_output(tmp_path / "DESC")["price"].tolist() == [30]
+
+
 @pytest.mark.parametrize(
     ("query", "message"),
     [
@@ -152,12 +176,29 @@ def test_rows_of_ended_windows_are_late_dropped_and_counted(tmp_path: Path) -> N
         ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY price) AS rn "
          "FROM TABLE(SESSION(TABLE bids PARTITION BY user_id, DESCRIPTOR(ts), INTERVAL '1' MINUTE))) WHERE rn <= 2",
          r"over SESSION\(…\) at line \d+, column \d+: a window Top-N of session windows is not supported"),
+        ("SELECT user_id, price, ts, window_start, window_time, 0 FROM TABLE({w})",
+         r"column window_time at line \d+, column \d+: keyflow's window table functions make window_start and "
+         r"window_end, not Flink's window_time; use window_end - INTERVAL '0.001' SECOND"),
+        ("SELECT * FROM (SELECT user_id, price, ts, window_start AS ws, window_end, ROW_NUMBER() OVER (PARTITION BY "
+         "window_start, window_end ORDER BY price) AS rn FROM TABLE({w})) WHERE rn <= 2",
+         r"window_start AS ws at line \d+, column \d+ renames window_start, which keyflow makes in the window Top-N"),
+        ("SELECT user_id, n, window_start, window_start, window_end, rn FROM (SELECT user_id, n, window_start, "
+         "window_end, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY n) AS rn FROM (SELECT user_id, "
+         "COUNT(*) AS n, window_start, window_end FROM TABLE(TUMBLE(TABLE timed, DESCRIPTOR(p), INTERVAL '1' "
+         "MINUTE)) GROUP BY user_id, window_start, window_end)) WHERE rn <= 2",
+         r"a Top-N of the windows of '.*', which are by processing time, is not supported \(nor is it in Flink\)"),
+        ("SELECT L.user_id, L.price, L.ts, L.window_start, L.window_end, 0 FROM (SELECT * FROM TABLE(TUMBLE(TABLE "
+         "timed, DESCRIPTOR(p), INTERVAL '1' MINUTE))) L JOIN (SELECT * FROM TABLE(TUMBLE(TABLE timed, DESCRIPTOR(p), "
+         "INTERVAL '1' MINUTE))) R ON L.user_id = R.user_id AND L.window_start = R.window_start AND L.window_end = "
+         "R.window_end", r"p is a PROCTIME\(\) column; keyflow runs processing-time windows as window aggregations "
+         r"\(GROUP BY window_start, window_end\), not in a window join"),
     ],
 )  # fmt: skip
 def test_window_top_n_mistakes_are_named_before_spark(query: str, message: str) -> None:
     with pytest.raises(SqlError) as refused:
         Pipeline(parallelism=2, config=TEST_SPARK).sql(
             TABLES.format(path="/tmp/none", watch="", out="/tmp/none-out")
+            + "CREATE VIEW timed AS SELECT *, PROCTIME() AS p FROM bids;\n"
             + f"INSERT INTO out {query.format(w=WINDOWS['tumble'][0])};"
         )
     assert re.search(message, str(refused.value)), refused.value

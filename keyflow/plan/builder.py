@@ -420,6 +420,10 @@ class PlanBuilder:
         while isinstance(origin, (nodes.SelectNode, nodes.FilterNode, nodes.WithColumnsNode)):
             origin = self.node(origin.inputs[0])
         windowed = isinstance(origin, nodes.WindowAggregateNode) and not origin.windowing.allowed_lateness
+        if isinstance(origin, nodes.WindowAggregateNode) and origin.windowing.processing_time:
+            raise PlanError(f"a Top-N of the windows of {origin.name!r}, which are by processing time, is not "
+                            "supported (nor is it in Flink); rank the windows of an event-time window "
+                            "aggregation")  # fmt: skip
         return names[nodes.WINDOW_END] if windowed else None
 
     def windowing(
@@ -450,8 +454,8 @@ class PlanBuilder:
         the windows of the time its micro-batch runs at; a window fires at the first
         micro-batch that runs after its end (every one at a bounded input's end)."""
         if assigner.merging:
-            raise PlanError(f"window(...) of {assigner.kind} windows by processing time is not supported; use "
-                            "tumbling, sliding or cumulating windows")  # fmt: skip
+            raise PlanError(f"{assigner.kind} windows by processing time are not supported; use tumbling, sliding "
+                            "or cumulating windows (SQL: TUMBLE, HOP, CUMULATE)")  # fmt: skip
         if keying.reinterpreted or self.is_changelog(input_id):
             raise PlanError("window(...) by processing time after reinterpret_as_keyed or over a changelog is not "
                             "supported yet; use key_by(...) on insert-only rows")  # fmt: skip

@@ -356,10 +356,12 @@ def _window_aggregate(operator: physical.WindowAggregate, frame: DataFrame, cont
 def _processing_time_window_aggregate(
     operator: physical.ProcessingTimeWindowAggregate, frame: DataFrame, context: KeyedContext
 ) -> DataFrame:
-    """Windows by the processing time: every row of the micro-batch is at the time it runs at
-    (its operators' clock, which also fires the windows), so none is late."""
-    at_now = frame.withColumn(EVENT_MICROS, F.lit(context.time.processing_time))
-    windowed = with_windows(operator.node.windowing, at_now, NO_WATERMARK)
+    """Windows by the processing time: each row in the windows of its PROCTIME() column (the
+    time its micro-batch runs, Spark's clock; so a row's time is always in its window), none
+    late; the windows fire by the operators' clock, read before the micro-batch's rows."""
+    windowing = operator.node.windowing
+    timed = frame.withColumn(EVENT_MICROS, event_micros(windowing.time_column))
+    windowed = with_windows(windowing, timed, NO_WATERMARK)
     function = WindowMerge(operator.calls, 0, False, domain=PROCESSING_TIME)
     return _merged_windows(operator, windowed, function, context)
 

@@ -638,8 +638,11 @@ class QueryPlanner:
         node_id = self.builder.select(node_id, columns, name=f"select ({into})")
         # As Flink's RankNumberColumnRemoveRule: a one-row range's number is a constant, not a column it keeps
         rank_column = names[at] if top_n.numbered and top_n.first < top_n.limit else None
-        node_id = self.builder.rank(node_id, self.builder.key_by(keys), order, top_n.limit, rank_column,
-                                    name=f"top-n ({into})", first=top_n.first)  # fmt: skip
+        try:
+            node_id = self.builder.rank(node_id, self.builder.key_by(keys), order, top_n.limit, rank_column,
+                                        name=f"top-n ({into})", first=top_n.first)  # fmt: skip
+        except PlanError as error:
+            raise SqlError(f"ROW_NUMBER() OVER at {position(window)}: {error}") from None
         number = quoted(names[at]) if rank_column else f"CAST({top_n.first} AS BIGINT) AS {quoted(names[at])}"
         kept = [number if i == at else quoted(n) for i, n in enumerate(names) if i != at or top_n.numbered]
         node_id = self.builder.select(
@@ -707,6 +710,10 @@ class QueryPlanner:
             if isinstance(tree, exp.Column) and tree.name.lower() == name.lower() in _WINDOW_COLUMNS:
                 passed.append(name)
                 continue
+            if isinstance(tree, exp.Column) and tree.name.lower() in _WINDOW_COLUMNS:
+                raise SqlError(f"{expression.sql(dialect=DIALECT)} at {position(expression)} renames {tree.name}, "
+                               "which keyflow makes in the window Top-N; rename it in the query that reads the "
+                               "ranked rows")  # fmt: skip
             if any(c.name.lower() in (*_WINDOW_COLUMNS, "window_time") for c in tree.find_all(exp.Column)):
                 raise SqlError(f"{expression.sql(dialect=DIALECT)} at {position(expression)} computes with the "
                                f"windows of {function.kind}(…), which keyflow makes in the window Top-N; compute it "

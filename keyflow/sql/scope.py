@@ -98,6 +98,10 @@ def _found(column: exp.Column, relation: Relation) -> str | None:
                            f"{name!r}; it has {sorted(side.names.values())}")  # fmt: skip
         return side.names[name.lower()]
     having = [side for side in relation.sides if side.has(name)]
+    if not having and name.lower() == "window_time" and relation.window is not None:
+        raise SqlError(f"column window_time at {position(column)}: keyflow's window table functions make "
+                       "window_start and window_end, not Flink's window_time; use window_end - INTERVAL '0.001' "
+                       "SECOND in the query that reads the windows")  # fmt: skip
     if not having and all(side.names is not None for side in relation.sides):
         known = sorted({column for side in relation.sides for column in (side.names or {}).values()})
         raise SqlError(f"column {name!r} at {position(column)} is not a column of the tables read; they have "
