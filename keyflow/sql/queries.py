@@ -600,23 +600,14 @@ class QueryPlanner:
                 f"ROW_NUMBER() OVER at {position(window)} needs PARTITION BY and ORDER BY: keyflow runs it as Flink's "
                 "Top-N, keyed by the partition"
             )
-        if window.args.get("spec") is not None:
-            raise SqlError(f"a frame (ROWS/RANGE BETWEEN) in ROW_NUMBER() OVER at {position(window)} has no meaning; "
-                           "remove it")  # fmt: skip
+        _no_frame(window)
         if self.builder.is_changelog(node_id):
             raise SqlError(
                 f"ROW_NUMBER() OVER at {position(window)} ranks rows that are updated or retracted (a streaming GROUP "
                 "BY, an outer join or a changelog table); keyflow's Top-N ranks insert-only rows yet: rank the rows "
                 "before they are aggregated or joined"
             )
-        hidden: dict[str, exp.Expr] = {}
-
-        def column_of(tree: exp.Expr, prefix: str) -> str:
-            for expression, name in listed:  # a column the select list has already
-                if _same_column(expression.unalias(), tree):
-                    return name
-            hidden[f"__{prefix}{len(hidden)}"] = tree
-            return f"__{prefix}{len(hidden) - 1}"
+        column_of, hidden = _rank_columns(listed)
 
         proctime = self._proctime_columns(node_id)
         for item in ordered.expressions:
@@ -698,9 +689,7 @@ class QueryPlanner:
                 f"ROW_NUMBER() OVER at {position(window)} over {function.kind}(…) needs PARTITION BY window_start, "
                 "window_end[, keys] and ORDER BY: as Flink's window Top-N, it ranks the rows of each window"
             )
-        if window.args.get("spec") is not None:
-            raise SqlError(f"a frame (ROWS/RANGE BETWEEN) in ROW_NUMBER() OVER at {position(window)} has no meaning; "
-                           "remove it")  # fmt: skip
+        _no_frame(window)
         time = event_time_at(self.builder.operators, node_id)
         listed, passed = [], []
         for index, (expression, name) in enumerate(zip(expressions, names, strict=True)):
@@ -719,14 +708,7 @@ class QueryPlanner:
                                f"windows of {function.kind}(…), which keyflow makes in the window Top-N; compute it "
                                "in the query that reads the ranked rows")  # fmt: skip
             listed.append((tree, name))
-        hidden: dict[str, exp.Expr] = {}
-
-        def column_of(tree: exp.Expr, prefix: str) -> str:
-            for expression, name in listed:
-                if _same_column(expression, tree):
-                    return name
-            hidden[f"__{prefix}{len(hidden)}"] = tree
-            return f"__{prefix}{len(hidden) - 1}"
+        column_of, hidden = _rank_columns(listed)
 
         keys = [column_of(key, "rank_key") for key in partition if not (
             isinstance(key, exp.Column) and key.name.lower() in _WINDOW_COLUMNS)]  # fmt: skip
@@ -776,6 +758,30 @@ class QueryPlanner:
         if proctime:
             self.catalog.proctime[node_id] = proctime
         return node_id
+
+
+def _no_frame(window: exp.Expr) -> None:
+    if window.args.get("spec") is not None:
+        raise SqlError(f"a frame (ROWS/RANGE BETWEEN) in ROW_NUMBER() OVER at {position(window)} has no meaning; "
+                       "remove it")  # fmt: skip
+
+
+def _rank_columns(
+    listed: list[tuple[exp.Expr, str]],
+) -> tuple[Callable[[exp.Expr, str], str], dict[str, exp.Expr]]:
+    """A Top-N's keys and order as columns: one of the select list's (``listed``: expression,
+    name) where it has the expression, else a hidden ``__<prefix><i>`` column, collected in
+    the returned dict to be computed before the ranking."""
+    hidden: dict[str, exp.Expr] = {}
+
+    def column_of(tree: exp.Expr, prefix: str) -> str:
+        for expression, name in listed:
+            if _same_column(expression.unalias(), tree):
+                return name
+        hidden[f"__{prefix}{len(hidden)}"] = tree
+        return f"__{prefix}{len(hidden) - 1}"
+
+    return column_of, hidden
 
 
 def row_kind(builder: PlanBuilder, node_id: int) -> list[str]:
