@@ -427,3 +427,58 @@ def test_functions_are_checked_when_registered() -> None:
     pipeline.register_function("f", len, "BIGINT")
     with pytest.raises(PlanError, match=r"a function named 'f' is registered already"):
         pipeline.register_function("f", len, "BIGINT")
+
+
+@pytest.mark.jvm
+def test_integer_division_has_flinks_meaning(tmp_path: Path) -> None:
+    """Flink divides integers as integers (truncated toward zero, typed as the wider side);
+    a floating-point side keeps the division a DOUBLE. Followed through a view, a derived
+    table and an aggregate; the answer from plain Python."""
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame({"a": rng.integers(-500, 500, 400).astype(np.int32),
+                          "b": rng.choice([-7, -3, -2, 2, 3, 5, 11], 400).astype(np.int64),
+                          "c": rng.uniform(-9, 9, 400)})  # fmt: skip
+    (tmp_path / "nums").mkdir()
+    frame.to_parquet(tmp_path / "nums" / "part-0.parquet", index=False)
+    p = pipeline()
+    p.sql(
+        f"CREATE TABLE nums (a INT, b BIGINT, c DOUBLE) WITH ('connector' = 'filesystem', 'path' = "
+        f"'{tmp_path / 'nums'}', 'format' = 'parquet');"
+        f"CREATE TABLE out (a INT, b BIGINT, q BIGINT, half INT, quarter BIGINT, mixed DOUBLE, real DOUBLE) WITH "
+        f"('connector' = 'filesystem', 'path' = '{tmp_path / 'out'}', 'format' = 'parquet');"
+        "CREATE VIEW halves AS SELECT a, b, c, a / 2 AS half FROM nums;"
+        "INSERT INTO out SELECT a, b, a / b, half, again / 2, c / b, a / 2.0 FROM "
+        "(SELECT a, b, c, half, half AS again FROM halves) t;"
+    )
+    p.run()
+    got = read_output(tmp_path / "out")
+    got = got.sort_values(list(got.columns), ignore_index=True)
+    truncated = np.trunc(frame["a"] / frame["b"]).astype(np.int64)
+    expected = frame.assign(q=truncated, half=np.trunc(frame["a"] / 2).astype(np.int32),
+                            quarter=np.trunc(np.trunc(frame["a"] / 2) / 2).astype(np.int64),
+                            mixed=frame["c"] / frame["b"], real=frame["a"] / 2.0)  # fmt: skip
+    expected = expected[list(got.columns)].sort_values(list(got.columns), ignore_index=True)
+    assert (frame["a"] % frame["b"] != 0).sum() > 250  # most divisions have a remainder to drop
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+
+
+@pytest.mark.parametrize(
+    ("expression", "planned"),
+    [
+        ("a / b", "CAST((a) DIV (b) AS BIGINT)"),  # the wider side's type
+        ("a / 2", "CAST((a) DIV (2) AS INT)"),
+        ("d / a", "CAST((d) DIV (a) AS INT)"),
+        ("a / 3000000000", "CAST((a) DIV (3000000000) AS BIGINT)"),  # a BIGINT literal
+        ("(a + d) * 2 / CAST(c AS INT)", "CAST(((a + d) * 2) DIV (CAST(c AS INT)) AS INT)"),
+        ("c / a", "c / a"),  # a DOUBLE side: Spark's and Flink's DOUBLE division
+        ("a / 2.0", "a / 2.0"),  # a DECIMAL literal: left to Spark
+        ("CASE WHEN a > 0 THEN a ELSE 1 END / 2", "CASE WHEN a > 0 THEN a ELSE 1 END / 2"),  # type not followed
+    ],
+)
+def test_division_of_known_integers_is_planned_as_flinks(expression: str, planned: str) -> None:
+    p = pipeline()
+    p.sql("CREATE TABLE t (a INT, b BIGINT, c DOUBLE, d SMALLINT) WITH ('connector' = 'filesystem', 'path' = "
+          "'/tmp/none', 'format' = 'parquet'); CREATE TABLE o (x DOUBLE) WITH ('connector' = 'blackhole');"
+          f"INSERT INTO o SELECT {expression} FROM t;")  # fmt: skip
+    selects = [e for node in p.operators.values() if node.kind == "select" for e in node.describe()["expressions"]]
+    assert f"{planned} AS `EXPR$0`" in selects, selects

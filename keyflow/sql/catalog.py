@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 from keyflow.errors import PlanError
 from keyflow.plan.builder import PlanBuilder
@@ -29,6 +30,7 @@ class Catalog:
     written: set[str] = field(default_factory=set)
     windowed: dict[int, WindowTableFunction] = field(default_factory=dict)  # rows whose windows a reader makes
     proctime: dict[int, set[str]] = field(default_factory=dict)  # node -> its PROCTIME() columns
+    types: dict[int, dict[str, Any]] = field(default_factory=dict)  # a table's node -> its declared types
 
     def __contains__(self, name: object) -> bool:
         """Whether a table or a view is named ``name``."""

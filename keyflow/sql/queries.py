@@ -34,6 +34,7 @@ from keyflow.sql.scope import Relation, Side, belongs, expand_star, own_nodes, r
 from keyflow.sql.statements import DIALECT, CreateView, interval_micros, is_proctime
 from keyflow.sql.tables import quoted, source_of
 from keyflow.sql.top_n import TopN, top_n_of
+from keyflow.sql.types import integer_division, node_types, table_types
 
 AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
 _UNSUPPORTED = {
@@ -95,6 +96,10 @@ class QueryPlanner:
         _refuse_in_expressions(query, [*([top_n.window] if top_n else []), *over])
         written = expand_star([e.copy() for e in query.expressions], relation)
         resolve(query, relation)
+        types = node_types(self.builder, relation.node, self.catalog.types)
+        for tree in own_nodes(query):  # Flink's integer division where both sides are known integers
+            for division in list(tree.find_all(exp.Div)):
+                division.replace(integer_division(division.copy(), types))
         _group_window(query, relation, self.builder)
         _refuse_group_windows(query)
         names = _output_names(written)
@@ -262,6 +267,7 @@ class QueryPlanner:
                 node_id = builder.select(node_id, casts, name=f"{name} types", parallelism=parallelism)
             if table.proctime:
                 catalog.proctime[node_id] = {column.lower() for column in table.proctime}
+            catalog.types[node_id] = table_types(table)
             catalog.read[name], catalog.columns[name] = node_id, table.readable_names
         return catalog.read[name], catalog.columns[name]
 
