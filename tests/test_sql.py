@@ -432,8 +432,8 @@ def test_functions_are_checked_when_registered() -> None:
 @pytest.mark.jvm
 def test_integer_division_has_flinks_meaning(tmp_path: Path) -> None:
     """Flink divides integers as integers (truncated toward zero, typed as the wider side);
-    a floating-point side keeps the division a DOUBLE. Followed through a view, a derived
-    table and an aggregate; the answer from plain Python."""
+    a floating-point side keeps the division a DOUBLE; an AVG of integers is an integer too.
+    Followed through a view, a derived table and an aggregate; the answers from pandas."""
     rng = np.random.default_rng(4)
     frame = pd.DataFrame({"a": rng.integers(-500, 500, 400).astype(np.int32),
                           "b": rng.choice([-7, -3, -2, 2, 3, 5, 11], 400).astype(np.int64),
@@ -449,6 +449,9 @@ def test_integer_division_has_flinks_meaning(tmp_path: Path) -> None:
         "CREATE VIEW halves AS SELECT a, b, c, a / 2 AS half FROM nums;"
         "INSERT INTO out SELECT a, b, a / b, half, again / 2, c / b, a / 2.0 FROM "
         "(SELECT a, b, c, half, half AS again FROM halves) t;"
+        f"CREATE TABLE means (b BIGINT, mean INT, real DOUBLE, halved INT) WITH ('connector' = 'filesystem', 'path' "
+        f"= '{tmp_path / 'means'}', 'format' = 'parquet');"
+        "INSERT INTO means SELECT b, AVG(a), AVG(c), AVG(a) / 2 FROM nums GROUP BY b;"
     )
     p.run()
     got = read_output(tmp_path / "out")
@@ -460,6 +463,12 @@ def test_integer_division_has_flinks_meaning(tmp_path: Path) -> None:
     expected = expected[list(got.columns)].sort_values(list(got.columns), ignore_index=True)
     assert (frame["a"] % frame["b"] != 0).sum() > 250  # most divisions have a remainder to drop
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+    grouped = frame.groupby("b")
+    mean = np.trunc(grouped["a"].mean()).astype(np.int64)
+    means = pd.DataFrame({"b": mean.index, "mean": mean.to_numpy(), "real": grouped["c"].mean().to_numpy(),
+                          "halved": np.trunc(mean / 2).astype(np.int64).to_numpy()})  # fmt: skip
+    got_means = read_output(tmp_path / "means").sort_values("b", ignore_index=True)
+    pd.testing.assert_frame_equal(got_means[list(means.columns)], means, check_dtype=False)
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from keyflow.sql.errors import SqlError, position
 from keyflow.sql.functions import spark_sql
 from keyflow.sql.scope import own_nodes
 from keyflow.sql.statements import DIALECT, interval_micros
+from keyflow.sql.types import Types, integer_type
 
 AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 PREFIX = "__over"
@@ -63,8 +64,9 @@ def over_aggregates(expressions: list[exp.Expr]) -> list[exp.Window]:
     return [w for e in expressions for w in e.find_all(exp.Window) if isinstance(_call(w), AGGREGATES)]
 
 
-def read_over(expressions: list[exp.Expr]) -> tuple[Over, list[exp.Expr]]:
-    """The select list's OVER window and aggregates, and the list reading them as columns."""
+def read_over(expressions: list[exp.Expr], types: Types) -> tuple[Over, list[exp.Expr]]:
+    """The select list's OVER window and aggregates, and the list reading them as columns (an
+    AVG of a known integer type read back as that type, as Flink's; ``types``: the input's)."""
     windows = over_aggregates(expressions)
     first = windows[0]
     for window in windows:
@@ -98,7 +100,8 @@ def read_over(expressions: list[exp.Expr]) -> tuple[Over, list[exp.Expr]]:
         text = spark_sql(call)
         name = next((n for n, t in calls.items() if t == text), f"{PREFIX}{len(calls)}")
         calls[name] = text
-        return exp.column(name)
+        integer = integer_type(call.this, types) if isinstance(call, exp.Avg) else None
+        return exp.column(name) if integer is None else exp.Cast(this=exp.column(name), to=integer)
 
     rewritten = [e.copy().transform(replace) for e in expressions]
     return Over(partition, items[0].this, _frame(first), calls, first), rewritten

@@ -34,7 +34,7 @@ from keyflow.sql.scope import Relation, Side, belongs, expand_star, own_nodes, r
 from keyflow.sql.statements import DIALECT, CreateView, interval_micros, is_proctime
 from keyflow.sql.tables import quoted, source_of
 from keyflow.sql.top_n import TopN, top_n_of
-from keyflow.sql.types import integer_division, node_types, table_types
+from keyflow.sql.types import Types, integer_division, integer_type, node_types, table_types
 
 AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
 _UNSUPPORTED = {
@@ -124,7 +124,7 @@ class QueryPlanner:
                 raise SqlError(f"OVER at {position(over[0])} in a query with GROUP BY, other aggregates, "
                                "windows, DISTINCT or a row number is not supported; aggregate OVER in a query of "
                                "its own")  # fmt: skip
-            return self._over(node_id, *read_over(expressions), names, into)
+            return self._over(node_id, *read_over(expressions, types), names, into)
         aggregated = any(isinstance(n, exp.AggFunc) for e in expressions for n in e.walk())
         if top_n is not None:
             if grouped is not None or aggregated or query.args.get("distinct"):
@@ -508,7 +508,8 @@ class QueryPlanner:
         node_id, keys, expressions, having = self._keys(node_id, query, expressions)
         if not keys:
             raise SqlError(f"an aggregate without GROUP BY at {position(query)} is not supported; GROUP BY a column")
-        calls, rewritten, condition = _aggregate_calls(expressions, having, keys)
+        types = node_types(self.builder, node_id, self.catalog.types)
+        calls, rewritten, condition = _aggregate_calls(expressions, having, keys, types)
         node_id = self.builder.aggregate(
             node_id,
             self.builder.key_by(keys),
@@ -550,7 +551,8 @@ class QueryPlanner:
             node_id = self.builder.with_columns(node_id, {"__window_all": "0"})
             group.set("expressions", [exp.column("__window_all")])
         node_id, keys, expressions, having = self._keys(node_id, query, expressions)
-        calls, rewritten, condition = _aggregate_calls(expressions, having, [*keys, *_WINDOW_COLUMNS])
+        types = node_types(self.builder, node_id, self.catalog.types)
+        calls, rewritten, condition = _aggregate_calls(expressions, having, [*keys, *_WINDOW_COLUMNS], types)
         if not calls:
             calls["__window_rows"] = "COUNT(*)"
         keying = self.builder.key_by(keys)
@@ -987,13 +989,14 @@ def _output_names(expressions: list[exp.Expr]) -> list[str]:
 
 
 def _aggregate_calls(
-    expressions: list[exp.Expr], having: exp.Expr | None, keys: list[str]
+    expressions: list[exp.Expr], having: exp.Expr | None, keys: list[str], types: Types
 ) -> tuple[dict[str, str], list[exp.Expr], exp.Expr | None]:
     """The aggregate calls of the select list and HAVING (by their output column), both
-    rewritten to read those columns; every other column they read must be a key."""
+    rewritten to read those columns; every other column they read must be a key. ``types``:
+    the input's, where known (Flink's AVG of integers is an integer)."""
     calls: dict[str, str] = {}
-    rewritten = [_replace_aggregates(e.copy(), calls) for e in expressions]
-    condition = _replace_aggregates(having.copy(), calls) if having is not None else None
+    rewritten = [_replace_aggregates(e.copy(), calls, types) for e in expressions]
+    condition = _replace_aggregates(having.copy(), calls, types) if having is not None else None
     _check_grouped(rewritten, condition, keys, calls)
     return calls, rewritten, condition
 
@@ -1013,9 +1016,10 @@ def _replace_expression(tree: exp.Expr, key: exp.Expr, name: str) -> exp.Expr:
     return tree.transform(lambda node: exp.column(name) if node == key else node)
 
 
-def _replace_aggregates(expression: exp.Expr, calls: dict[str, str]) -> exp.Expr:
+def _replace_aggregates(expression: exp.Expr, calls: dict[str, str], types: Types) -> exp.Expr:
     """Each aggregate call becomes a column ``__agg<i>`` of the aggregate's output; ``calls``
-    collects them (one per distinct call)."""
+    collects them (one per distinct call). An AVG of a known integer type is read back as that
+    type, truncated toward zero (Flink's; keyflow's aggregate keeps the exact mean)."""
 
     def replace(node: exp.Expr) -> exp.Expr:
         call = node.this if isinstance(node, exp.Filter) else node
@@ -1028,7 +1032,8 @@ def _replace_aggregates(expression: exp.Expr, calls: dict[str, str]) -> exp.Expr
         existing = {call: name for name, call in calls.items()}
         name = existing.get(text) or f"__agg{len(calls)}"
         calls[name] = text
-        return exp.column(name)
+        integer = integer_type(call.this, types) if isinstance(call, exp.Avg) else None
+        return exp.column(name) if integer is None else exp.Cast(this=exp.column(name), to=integer)
 
     return expression.transform(replace)
 

@@ -58,14 +58,21 @@ def infer(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.DataType | N
         return None
     if isinstance(tree, exp.Count):
         return exp.DataType.build("BIGINT")
-    if isinstance(tree, exp.Avg):
-        return exp.DataType.build("DOUBLE")  # keyflow's AVG (docs/sql.md)
+    if isinstance(tree, exp.Avg):  # Flink's: an integer's mean is that integer type (as the SQL planner reads it back)
+        argument = infer(tree.this, types)
+        return argument if _integer(argument) else exp.DataType.build("DOUBLE")
     if isinstance(tree, exp.Sum):
         argument = infer(tree.this, types)
         return exp.DataType.build("BIGINT") if _integer(argument) else argument if _float(argument) else None
     if isinstance(tree, (exp.Min, exp.Max)):
         return infer(tree.this, types)
     return None
+
+
+def integer_type(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.DataType | None:
+    """The integer type of ``tree`` where keyflow can tell it is one, else None."""
+    kind = infer(tree, types)
+    return kind if _integer(kind) else None
 
 
 def integer_division(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.Expr:
