@@ -376,16 +376,47 @@ def test_with_queries_equal_duckdb(tmp_path: Path) -> None:
                                       expected.sort_values(columns, ignore_index=True), check_dtype=False)  # fmt: skip
 
 
+def test_division_in_a_join_condition_and_a_computed_column_is_flinks() -> None:
+    p = pipeline()
+    p.sql("CREATE TABLE t (a INT, c DOUBLE, h AS a / 2) WITH ('connector' = 'filesystem', 'path' = '/tmp/none', "
+          "'format' = 'parquet'); CREATE TABLE u (id INT) WITH ('connector' = 'filesystem', 'path' = '/tmp/none2', "
+          "'format' = 'parquet'); CREATE TABLE o (x DOUBLE) WITH ('connector' = 'blackhole');"
+          "INSERT INTO o SELECT t.c FROM t JOIN u ON t.a / 2 = u.id;")  # fmt: skip
+    keys = [node.describe()["columns"] for node in p.operators.values() if node.kind == "with_columns"]
+    assert {"__join1_left0": "CAST((a) DIV (2) AS INT)"} in keys
+
+
+def test_with_queries_of_one_name_in_two_statements_keep_their_operators_apart() -> None:
+    """Operators of a WITH query are named after its statement's sink, so a streaming restore
+    finds each statement's own state; a view's body does not see the statement's WITH queries."""
+    p = pipeline()
+    p.sql(ORDERS_DDL.format(path="/tmp/none", scan="") + "CREATE TABLE o1 (u STRING, n BIGINT) WITH ('connector' = "
+          "'blackhole'); CREATE TABLE o2 (u STRING, n BIGINT) WITH ('connector' = 'blackhole');"
+          "INSERT INTO o1 WITH per AS (SELECT user_id, COUNT(*) AS n FROM orders GROUP BY user_id) SELECT * FROM per;"
+          "INSERT INTO o2 WITH per AS (SELECT user_id, COUNT(*) AS n FROM orders WHERE qty > 1 GROUP BY user_id) "
+          "SELECT * FROM per;")  # fmt: skip
+    names = sorted(node.name for node in p.operators.values() if node.kind == "aggregate")
+    assert names == ["aggregate (o1/per)", "aggregate (o2/per)"]
+
+
 def test_with_mistakes_are_named() -> None:
     sink = "CREATE TABLE o (n INT) WITH ('connector' = 'blackhole'); INSERT INTO o SELECT * FROM v;"
     for query, message in (
         ("WITH RECURSIVE r AS (SELECT 1 AS n) SELECT n FROM r", r"WITH RECURSIVE at line \d+, column \d+ is not"),
         ("WITH orders AS (SELECT 1 AS n) SELECT n FROM orders",
          r"WITH orders at line \d+, column \d+: a table, view or WITH query is named 'orders' already"),
+        ("WITH c (n) AS (SELECT qty FROM orders) SELECT n FROM c", r"WITH c \(…\) at line \d+, column \d+: a column "
+         r"list is not supported; name the columns in its SELECT"),
+        ("WITH d AS (SELECT qty AS n FROM e), e AS (SELECT qty FROM orders) SELECT n FROM d",
+         r"WITH d at line \d+, column \d+ reads 'e', a WITH query declared after it"),
     ):  # fmt: skip
         script = ORDERS_DDL.format(path="/tmp/none", scan="") + f"CREATE VIEW v AS {query}; {sink}"
         with pytest.raises(SqlError, match=message):
             pipeline().sql(script)
+    hidden = ("CREATE VIEW v AS SELECT n FROM c; CREATE TABLE o (n INT) WITH ('connector' = 'blackhole');"
+              "INSERT INTO o WITH c AS (SELECT qty AS n FROM orders) SELECT * FROM v;")  # fmt: skip
+    with pytest.raises(SqlError, match=r"no table or view 'c' to read FROM"):  # a view's body sees no WITH query
+        pipeline().sql(ORDERS_DDL.format(path="/tmp/none", scan="") + hidden)
 
 
 @pytest.mark.jvm
@@ -482,12 +513,14 @@ def test_integer_division_has_flinks_meaning(tmp_path: Path) -> None:
         ("c / a", "c / a"),  # a DOUBLE side: Spark's and Flink's DOUBLE division
         ("a / 2.0", "a / 2.0"),  # a DECIMAL literal: left to Spark
         ("CASE WHEN a > 0 THEN a ELSE 1 END / 2", "CASE WHEN a > 0 THEN a ELSE 1 END / 2"),  # type not followed
+        ("a / 2 / 3", "CAST((CAST((a) DIV (2) AS INT)) DIV (3) AS INT)"),  # innermost first
+        ("h / 1", "CAST((h) DIV (1) AS INT)"),  # a computed column h AS a / 2 is an INT (computed so)
     ],
 )
 def test_division_of_known_integers_is_planned_as_flinks(expression: str, planned: str) -> None:
     p = pipeline()
-    p.sql("CREATE TABLE t (a INT, b BIGINT, c DOUBLE, d SMALLINT) WITH ('connector' = 'filesystem', 'path' = "
-          "'/tmp/none', 'format' = 'parquet'); CREATE TABLE o (x DOUBLE) WITH ('connector' = 'blackhole');"
+    p.sql("CREATE TABLE t (a INT, b BIGINT, c DOUBLE, d SMALLINT, h AS a / 2) WITH ('connector' = 'filesystem', "
+          "'path' = '/tmp/none', 'format' = 'parquet'); CREATE TABLE o (x DOUBLE) WITH ('connector' = 'blackhole');"
           f"INSERT INTO o SELECT {expression} FROM t;")  # fmt: skip
     selects = [e for node in p.operators.values() if node.kind == "select" for e in node.describe()["expressions"]]
     assert f"{planned} AS `EXPR$0`" in selects, selects

@@ -412,12 +412,13 @@ def test_a_bounded_row_number_range_with_an_offset_equals_duckdb(tmp_path: Path)
 @pytest.mark.jvm
 def test_a_ranked_view_or_with_query_is_each_readers_top_n(tmp_path: Path) -> None:
     """The numbering query as a view or a WITH query: each reader's filter makes its own Top-N
-    (two readers of one view keep 2 and 1 rows per user), equal to DuckDB's."""
+    (two readers of one view keep 1 and 2 rows per user, a WITH query 2), equal to DuckDB's."""
     write_orders(tmp_path / "orders", files=1)
     numbered = "SELECT user_id, order_id, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY amount DESC, order_id) AS rn"
     queries = {
         "top_two": f"WITH ranked AS ({numbered} FROM orders) SELECT user_id, order_id, rn FROM ranked WHERE rn <= 2",
         "top_one": "SELECT user_id, order_id, rn FROM best WHERE rn = 1",
+        "best_two": "SELECT user_id, order_id, rn FROM best WHERE rn <= 2",
     }
     script = (f"CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, ts TIMESTAMP(3)) WITH "
               f"('connector' = 'filesystem', 'path' = '{tmp_path / 'orders'}', 'format' = 'parquet');\n"
@@ -428,7 +429,7 @@ def test_a_ranked_view_or_with_query_is_each_readers_top_n(tmp_path: Path) -> No
                    f"INSERT INTO {sink} {query};\n")  # fmt: skip
     pipeline = Pipeline(parallelism=2, config=TEST_SPARK)
     pipeline.sql(script)
-    assert len([n for n in pipeline.operators.values() if isinstance(n, RankNode)]) == 2
+    assert sorted(n.limit for n in pipeline.operators.values() if isinstance(n, RankNode)) == [1, 2, 2]
     pipeline.run()
     orders = f"'{tmp_path}/orders/*.parquet'"
     for sink, query in queries.items():

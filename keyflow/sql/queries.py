@@ -58,6 +58,8 @@ class QueryPlanner:
         self.builder, self.catalog = builder, catalog
         self._joins = 0
         self._planning: set[str] = set()  # views being planned: one that reads itself is an error
+        self._ctes: dict[str, tuple[int, str]] = {}  # WITH query -> (the scope it is visible in, its operators' name)
+        self._scope = 0  # WITH queries of scopes below this one are hidden (a view's body sees none)
 
     def plan(self, query: exp.Select, into: str) -> tuple[int, list[str]]:
         """A statement's query: :meth:`select`, whose rows must be whole (not windowed rows
@@ -98,8 +100,7 @@ class QueryPlanner:
         resolve(query, relation)
         types = node_types(self.builder, relation.node, self.catalog.types)
         for tree in own_nodes(query):  # Flink's integer division where both sides are known integers
-            for division in list(tree.find_all(exp.Div)):
-                division.replace(integer_division(division.copy(), types))
+            tree.replace(integer_division(tree.copy(), types))
         _group_window(query, relation, self.builder)
         _refuse_group_windows(query)
         names = _output_names(written)
@@ -157,8 +158,9 @@ class QueryPlanner:
         if ctes.args.get("recursive"):
             raise SqlError(f"WITH RECURSIVE at {position(ctes)} is not supported (nor is it in Flink)")
         catalog, declared = self.catalog, []
+        names = [cte.alias for cte in ctes.expressions]
         try:
-            for cte in ctes.expressions:
+            for index, cte in enumerate(ctes.expressions):
                 name = cte.alias
                 if name in catalog or name in declared:
                     raise SqlError(f"WITH {name} at {position(cte)}: a table, view or WITH query is named {name!r} "
@@ -166,11 +168,20 @@ class QueryPlanner:
                 if not isinstance(cte.this, exp.Select):
                     raise SqlError(f"WITH {name} at {position(cte)} is a {type(cte.this).__name__.upper()}; keyflow "
                                    "supports WITH name AS (SELECT …)")  # fmt: skip
+                if cte.args["alias"].columns:
+                    raise SqlError(f"WITH {name} (…) at {position(cte)}: a column list is not supported; name the "
+                                   "columns in its SELECT (… AS name)")  # fmt: skip
+                later = [t.name for t in cte.this.find_all(exp.Table) if t.name in names[index + 1 :]]
+                if later:
+                    raise SqlError(f"WITH {name} at {position(cte)} reads {later[0]!r}, a WITH query declared after "
+                                   "it; declare it first (as in Flink)")  # fmt: skip
                 catalog.queries[name] = CreateView(name, cte.this, f"WITH query {name!r}")
+                self._ctes[name] = (self._scope, f"{into}/{name}")
                 declared.append(name)
             return self.select(query, into, top_n)
         finally:
             for name in declared:
+                self._ctes.pop(name, None)
                 for entries in (catalog.queries, catalog.read, catalog.columns):
                     entries.pop(name, None)
 
@@ -208,13 +219,18 @@ class QueryPlanner:
     def _ranked_view(self, item: exp.Expr) -> exp.Expr:
         """A view or WITH query numbering its rows (``ROW_NUMBER() OVER … AS rn``) as the derived
         table it stands for: the reading query's filter on ``rn`` makes it a Top-N of this reader."""
-        if not isinstance(item, exp.Table) or item.args.get("db") or item.name not in self.catalog.queries:
+        if not isinstance(item, exp.Table) or item.args.get("db") or not self._readable_query(item.name):
             return item
         view = self.catalog.queries[item.name].query
         if not any(isinstance(e.unalias(), exp.Window) and isinstance(e.unalias().this, exp.RowNumber)
                    for e in view.expressions):  # fmt: skip
             return item
         return exp.Subquery(this=view.copy(), alias=exp.TableAlias(this=exp.to_identifier(item.alias or item.name)))
+
+    def _readable_query(self, name: str) -> bool:
+        """Whether ``name`` is a view, or a WITH query visible here (a view's body sees none of
+        the WITH queries of the statement reading the view)."""
+        return name in self.catalog.queries and self._ctes.get(name, (self._scope, ""))[0] >= self._scope
 
     def read(self, name: str) -> tuple[int, list[str] | None]:
         """The node of table or view ``name`` (its source is added once) and its columns if known."""
@@ -228,14 +244,22 @@ class QueryPlanner:
                     "instead, or register the stream before the aggregate"
                 )
             return view, None
-        if name in catalog.queries:
+        if self._readable_query(name):
             if name not in catalog.read:
+                what = "WITH query" if name in self._ctes else "view"
                 if name in self._planning:
-                    raise SqlError(f"view {name!r} reads itself (through {sorted(self._planning)}); a view reads "
+                    raise SqlError(f"{what} {name!r} reads itself (through {sorted(self._planning)}); it reads "
                                    "tables and views declared before it")  # fmt: skip
                 self._planning.add(name)
-                catalog.read[name], catalog.columns[name] = self.select(catalog.queries[name].query.copy(), name)
-                self._planning.discard(name)
+                scope = self._scope
+                if name not in self._ctes:
+                    self._scope += 1  # a view's body sees no WITH query of the statement reading it
+                try:
+                    into = self._ctes[name][1] if name in self._ctes else name
+                    catalog.read[name], catalog.columns[name] = self.select(catalog.queries[name].query.copy(), into)
+                finally:
+                    self._scope = scope
+                    self._planning.discard(name)
             return catalog.read[name], catalog.columns[name]
         table = catalog.tables.get(name)
         if table is None:
@@ -355,6 +379,7 @@ class QueryPlanner:
         if rest and not comma:
             condition = exp.and_(*rest)
             resolve_trees([condition], joined)
+            condition = integer_division(condition, node_types(self.builder, node_id, self.catalog.types))
             node_id = self.builder.filter(node_id, spark_sql(condition), name=f"{label} condition")
             joined.node = node_id
         return joined
@@ -422,6 +447,8 @@ class QueryPlanner:
         """The relation's rows with each join key (an expression of its columns) as a column."""
         trees = [expression.copy() for _, expression in keys]
         resolve_trees(trees, relation)
+        types = node_types(self.builder, relation.node, self.catalog.types)
+        trees = [integer_division(tree, types) for tree in trees]
         columns = {name: spark_sql(tree) for (name, _), tree in zip(keys, trees, strict=True)}
         return self.builder.with_columns(relation.node, columns)
 

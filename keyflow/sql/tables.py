@@ -44,8 +44,9 @@ def source_of(table: CreateTable) -> Source:
     if not table.computed:
         return source
     from keyflow.connectors.computed import ComputedColumns
+    from keyflow.sql.types import computed_columns
 
-    return ComputedColumns(source, table.computed)
+    return ComputedColumns(source, computed_columns(table))
 
 
 def _source(table: CreateTable) -> Source:

@@ -36,22 +36,28 @@ def declared(text: str) -> exp.DataType | None:
         return None
 
 
-def infer(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.DataType | None:
-    """The type of ``tree`` over columns of ``types``, where keyflow can tell (else None)."""
-    if isinstance(tree, (exp.Paren, exp.Alias, exp.Neg)):
-        return infer(tree.this, types)
+def infer(tree: exp.Expr, types: Mapping[str, exp.DataType], spark: bool = False) -> exp.DataType | None:
+    """The type of ``tree`` over columns of ``types``, where keyflow can tell (else None):
+    by Flink's rules for a script's expression, by Spark's (``spark``) for one an operator
+    holds, which Spark evaluates (its ``/`` and AVG are DOUBLE; the SQL planner has written
+    Flink's integer division and AVG out as DIV and CASTs there)."""
+    if isinstance(tree, (exp.Paren, exp.Alias, exp.Neg, exp.Window)):
+        return infer(tree.this, types, spark)
+    if isinstance(tree, exp.Distinct) and len(tree.expressions) == 1:
+        return infer(tree.expressions[0], types, spark)
     if isinstance(tree, exp.Column) and not tree.table:
         return types.get(tree.name.lower())
     if isinstance(tree, exp.Literal) and not tree.is_string:
         text = str(tree.this)
-        if text.isdigit():
+        if text.isdigit() and int(text) < 2**63:  # larger: a DECIMAL in Calcite
             return exp.DataType.build("INT" if int(text) < 2**31 else "BIGINT")
         return None
     if isinstance(tree, (exp.Cast, exp.TryCast)):
         return tree.to
     if isinstance(tree, (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.Div, exp.IntDiv)):
-        left, right = infer(tree.this, types), infer(tree.expression, types)
-        if _integer(left) and _integer(right):
+        left, right = infer(tree.this, types, spark), infer(tree.expression, types, spark)
+        divides = isinstance(tree, exp.Div) and spark
+        if _integer(left) and _integer(right) and not divides:
             return _wider(left, right) if not isinstance(tree, exp.IntDiv) else exp.DataType.build("BIGINT")
         if _numeric(left) and _numeric(right) and (_float(left) or _float(right) or isinstance(tree, exp.Div)):
             return exp.DataType.build("DOUBLE")
@@ -59,13 +65,13 @@ def infer(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.DataType | N
     if isinstance(tree, exp.Count):
         return exp.DataType.build("BIGINT")
     if isinstance(tree, exp.Avg):  # Flink's: an integer's mean is that integer type (as the SQL planner reads it back)
-        argument = infer(tree.this, types)
-        return argument if _integer(argument) else exp.DataType.build("DOUBLE")
+        argument = infer(tree.this, types, spark)
+        return argument if _integer(argument) and not spark else exp.DataType.build("DOUBLE")
     if isinstance(tree, exp.Sum):
-        argument = infer(tree.this, types)
+        argument = infer(tree.this, types, spark)
         return exp.DataType.build("BIGINT") if _integer(argument) else argument if _float(argument) else None
     if isinstance(tree, (exp.Min, exp.Max)):
-        return infer(tree.this, types)
+        return infer(tree.this, types, spark)
     return None
 
 
@@ -76,24 +82,23 @@ def integer_type(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.DataT
 
 
 def integer_division(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.Expr:
-    """``tree`` with each division of two integers written as Flink computes it."""
-
-    def divide(node: exp.Expr) -> exp.Expr:
-        if not isinstance(node, exp.Div):
-            return node
-        left, right = infer(node.this, types), infer(node.expression, types)
-        if not (_integer(left) and _integer(right)):
-            return node
-        whole = exp.IntDiv(this=exp.paren(node.this.copy()), expression=exp.paren(node.expression.copy()))
-        return exp.Cast(this=whole, to=_wider(left, right))
-
-    return tree.transform(divide)
+    """``tree`` (changed in place) with each division of two integers written as Flink
+    computes it, innermost first (``a / 2 / 3`` divides the integer ``a / 2``)."""
+    for child in list(tree.iter_expressions()):
+        child.replace(integer_division(child, types))
+    if not isinstance(tree, exp.Div):
+        return tree
+    left, right = infer(tree.this, types), infer(tree.expression, types)
+    if not (_integer(left) and _integer(right)):
+        return tree
+    whole = exp.IntDiv(this=exp.paren(tree.this.copy()), expression=exp.paren(tree.expression.copy()))
+    return exp.Cast(this=whole, to=_wider(left, right))
 
 
 def table_types(table: CreateTable) -> Types:
     """A table's declared column types and those of its computed columns keyflow can tell."""
     types = {column.name.lower(): kind for column in table.columns if (kind := declared(column.type))}
-    for name, expression in table.computed:
+    for name, expression in computed_columns(table):
         kind = _typed(expression, types)
         if kind is not None:
             types[name.lower()] = kind
@@ -139,7 +144,7 @@ def _selected(expressions: tuple[str, ...], upstream: Types) -> Types:
         if isinstance(tree, exp.Star):
             types.update(upstream)
         elif isinstance(tree, exp.Alias):
-            kind = infer(tree.this, upstream)
+            kind = infer(tree.this, upstream, spark=True)
             if kind is not None:
                 types[tree.alias.lower()] = kind
         elif isinstance(tree, exp.Column) and tree.name.lower() in upstream:
@@ -147,9 +152,20 @@ def _selected(expressions: tuple[str, ...], upstream: Types) -> Types:
     return types
 
 
+def computed_columns(table: CreateTable) -> tuple[tuple[str, str], ...]:
+    """A table's computed columns (Spark SQL) with Flink's integer division of its declared columns."""
+    types = {column.name.lower(): kind for column in table.columns if (kind := declared(column.type))}
+    rewritten = []
+    for name, expression in table.computed:
+        tree = parse_expression(expression)
+        rewritten.append((name, expression if tree is None else integer_division(tree.copy(), types).sql("spark")))
+    return tuple(rewritten)
+
+
 def _typed(expression: str, types: Types) -> exp.DataType | None:
+    """An operator's expression (Spark SQL, evaluated by Spark) typed by Spark's rules."""
     tree = parse_expression(expression)
-    return infer(tree, types) if tree is not None else None
+    return infer(tree, types, spark=True) if tree is not None else None
 
 
 def _integer(kind: exp.DataType | None) -> TypeGuard[exp.DataType]:
