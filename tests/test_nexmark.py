@@ -129,8 +129,10 @@ REFERENCES = {
 JAVA_COUNT_CHAR = "CREATE FUNCTION count_char AS 'com.github.nexmark.flink.udf.CountChar';"
 PYTHON_COUNT_CHAR = "CREATE FUNCTION count_char AS 'tests.udfs.count_char' LANGUAGE PYTHON;"  # q14's, in Python
 # insert-only, a join, aggregates of a join, retracting aggregates, Top-N of a join, deduplication, Top-N numbered,
-# a lookup join, partitioned files
-STREAMED = ("q1", "q3", "q4", "q17", "q20", "q9", "q18", "q19", "q13", "q10")
+# a lookup join, partitioned files, then the other stateless and GROUP BY queries. Not the windowed ones (q5, q7,
+# q8, q11, q12): a stream's last windows wait for a watermark past them, so its table holds fewer windows than the
+# bounded job's; nor q5 and q7, which join a window aggregate with a GROUP BY of one (an updating table)
+STREAMED = ("q1", "q3", "q4", "q17", "q20", "q9", "q18", "q19", "q13", "q10", "q0", "q2", "q15", "q16", "q21", "q22")
 # Top-N queries whose order has ties in these events: which of the tied rows is kept is not fixed (in Flink
 # neither), so they are compared by these columns, and each row kept must be one of the query's input rows.
 TIES = {"q19": ("SELECT * FROM bid", ["auction", "price", "rank_number"])}
