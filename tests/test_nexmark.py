@@ -133,6 +133,9 @@ PYTHON_COUNT_CHAR = "CREATE FUNCTION count_char AS 'tests.udfs.count_char' LANGU
 # q8, q11, q12): a stream's last windows wait for a watermark past them, so its table holds fewer windows than the
 # bounded job's; nor q5 and q7, which join a window aggregate with a GROUP BY of one (an updating table)
 STREAMED = ("q1", "q3", "q4", "q17", "q20", "q9", "q18", "q19", "q13", "q10", "q0", "q2", "q15", "q16", "q21", "q22")
+# Windowed queries streamed too, compared on the windows the stream's final watermark passed: by the
+# answer's column (position, seconds from it to the window's end) that dates each row's window.
+CLOSED = {"q8": (2, 10), "q11": (3, 0)}
 # Top-N queries whose order has ties in these events: which of the tied rows is kept is not fixed (in Flink
 # neither), so they are compared by these columns, and each row kept must be one of the query's input rows.
 TIES = {"q19": ("SELECT * FROM bid", ["auction", "price", "rank_number"])}
@@ -195,7 +198,8 @@ def test_streamed_queries_survive_a_kill_and_a_restart_at_another_parallelism(
     script = nexmark_sql.source(EVENTS, RATE).replace(
         "'connector' = 'nexmark',", "'connector' = 'nexmark', 'rate.limited' = 'true', 'scan.rows-per-batch' = '10000',"
     )
-    script = "SET 'pipeline.progress' = 'off';\n" + script + "".join(nexmark_sql.query(q, out) for q in STREAMED)
+    queries = [*STREAMED, *CLOSED]
+    script = "SET 'pipeline.progress' = 'off';\n" + script + "".join(nexmark_sql.query(q, out) for q in queries)
     (tmp_path / "job.sql").write_text(script)
     command = [sys.executable, "-m", "keyflow", "sql", str(tmp_path / "job.sql"), "-p", "2", "--checkpoint",
                str(tmp_path / "ckpt"), "--available-now", "--conf", "spark.master=local[2]", "--conf",
@@ -211,10 +215,18 @@ def test_streamed_queries_survive_a_kill_and_a_restart_at_another_parallelism(
     for name in STREAMED:
         output = _output(out / f"nexmark_{name}")
         assert_answer(nexmark_run, name, current(output) if OP in output.column_names else output)
-    # q10's 'partition-time' trigger commits a minute's partition once the watermark (the largest
-    # event time less Nexmark's 4 s) is past its minute's end plus the 1 min delay.
+    # The watermark the stream ends at: the largest event time less Nexmark's 4 s (and 1 µs).
     events = pq.read_table(nexmark_run / "events", columns=["dateTime"]).column(0).to_pandas()
     watermark = events.max() - pd.Timedelta(seconds=4) - pd.Timedelta(microseconds=1)
+    for name, (position, to_end) in CLOSED.items():
+        output = _output(out / f"nexmark_{name}")
+        columns = ", ".join(f"c{i}" for i in range(output.num_columns))
+        closed = (f"FROM ({REFERENCES[name]}) AS answer({columns}) WHERE c{position} + INTERVAL {to_end} SECOND "
+                  f"- INTERVAL 1 MICROSECOND <= '{watermark}'")  # fmt: skip
+        assert len(_duckdb(nexmark_run, name, closed)) < len(_duckdb(nexmark_run, name)), f"{name}: all closed"
+        assert_answer(nexmark_run, name, output, closed)
+    # q10's 'partition-time' trigger commits a minute's partition once the watermark is past its
+    # minute's end plus the 1 min delay.
     partitions = _partitions(out / "nexmark_q10")
     committed = {p for p in partitions if (out / "nexmark_q10" / p / "_SUCCESS").is_file()}
     times = {p: pd.Timestamp(p[3:13] + " " + p[-7:].replace("%3A", ":")) for p in partitions}
@@ -223,9 +235,10 @@ def test_streamed_queries_survive_a_kill_and_a_restart_at_another_parallelism(
     assert committed != partitions  # the last minute stays open
 
 
-def assert_answer(run: Path, name: str, table: pa.Table) -> None:
-    """``table`` is DuckDB's answer to query ``name`` (up to the choice among tied rows, see ``TIES``)."""
-    reference = _duckdb(run, name)
+def assert_answer(run: Path, name: str, table: pa.Table, query: str | None = None) -> None:
+    """``table`` is DuckDB's answer to query ``name`` (or to ``query``; up to the choice among
+    tied rows, see ``TIES``)."""
+    reference = _duckdb(run, name, query)
     if name in WALL_CLOCK:
         columns, start, end = WALL_CLOCK[name]
         starts, ends = (table.column(c).to_pandas() for c in (start, end))
