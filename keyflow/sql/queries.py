@@ -662,13 +662,20 @@ class QueryPlanner:
         columns = [f"{spark_sql(e.unalias())} AS {quoted(n)}" for e, n in listed]
         columns += [f"{spark_sql(tree)} AS {quoted(name)}" for name, tree in hidden.items()]
         node_id = self.builder.select(node_id, columns, name=f"select ({into})")
-        # As Flink's RankNumberColumnRemoveRule: a one-row range's number is a constant, not a column it keeps
-        rank_column = names[at] if top_n.numbered and top_n.first < top_n.limit else None
         try:
-            node_id = self.builder.rank(node_id, self.builder.key_by(keys), order, top_n.limit, rank_column,
-                                        name=f"top-n ({into})", first=top_n.first)  # fmt: skip
+            node_id = self.builder.rank(node_id, self.builder.key_by(keys), order, top_n.limit,
+                                        _rank_column(top_n, names, at), name=f"top-n ({into})",
+                                        first=top_n.first)  # fmt: skip
         except PlanError as error:
             raise SqlError(f"ROW_NUMBER() OVER at {position(window)}: {error}") from None
+        return self._numbered_columns(node_id, top_n, names, at, into)
+
+    def _numbered_columns(
+        self, node_id: int, top_n: TopN, names: list[str], at: int, into: str
+    ) -> tuple[int, list[str]]:
+        """The select list after a Top-N: the row number (``names[at]``) only where the reading
+        query reads it, a constant for a one-row range."""
+        rank_column = _rank_column(top_n, names, at)
         number = quoted(names[at]) if rank_column else f"CAST({top_n.first} AS BIGINT) AS {quoted(names[at])}"
         kept = [number if i == at else quoted(n) for i, n in enumerate(names) if i != at or top_n.numbered]
         node_id = self.builder.select(
@@ -760,14 +767,11 @@ class QueryPlanner:
         node_id = self.builder.select(node_id, columns, name=f"select ({into})")
         keying = self.builder.key_by(keys)
         windowing = self.builder.windowing(node_id, keying, _assigner(function), 0, None)
-        rank_column = names[at] if top_n.numbered and top_n.first < top_n.limit else None
-        node_id = self.builder.window_rank(node_id, keying, windowing, order, top_n.limit, rank_column,
+        node_id = self.builder.window_rank(node_id, keying, windowing, order, top_n.limit,
+                                           _rank_column(top_n, names, at),
                                            name=f"{function.kind.lower()} window top-n ({into})",
                                            first=top_n.first)  # fmt: skip
-        number = quoted(names[at]) if rank_column else f"CAST({top_n.first} AS BIGINT) AS {quoted(names[at])}"
-        kept = [number if i == at else quoted(n) for i, n in enumerate(names) if i != at or top_n.numbered]
-        node_id = self.builder.select(node_id, kept, name=f"top-n columns ({into})")
-        return node_id, [n for i, n in enumerate(names) if i != at or top_n.numbered]
+        return self._numbered_columns(node_id, top_n, names, at, into)
 
     def _event_time_windows(self, node_id: int, function: WindowTableFunction, what: str) -> None:
         """Refuses windows by a PROCTIME() column where only a window aggregation takes them."""
@@ -793,6 +797,12 @@ class QueryPlanner:
         if proctime:
             self.catalog.proctime[node_id] = proctime
         return node_id
+
+
+def _rank_column(top_n: TopN, names: list[str], at: int) -> str | None:
+    """The row number's column, where the Top-N keeps one: as Flink's RankNumberColumnRemoveRule,
+    a one-row range's number is a constant, not a column."""
+    return names[at] if top_n.numbered and top_n.first < top_n.limit else None
 
 
 def _no_frame(window: exp.Expr) -> None:

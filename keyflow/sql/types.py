@@ -97,7 +97,7 @@ def integer_division(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.E
 
 def table_types(table: CreateTable) -> Types:
     """A table's declared column types and those of its computed columns keyflow can tell."""
-    types = {column.name.lower(): kind for column in table.columns if (kind := declared(column.type))}
+    types = _physical_types(table)
     for name, expression in computed_columns(table):
         kind = _typed(expression, types)
         if kind is not None:
@@ -154,12 +154,16 @@ def _selected(expressions: tuple[str, ...], upstream: Types) -> Types:
 
 def computed_columns(table: CreateTable) -> tuple[tuple[str, str], ...]:
     """A table's computed columns (Spark SQL) with Flink's integer division of its declared columns."""
-    types = {column.name.lower(): kind for column in table.columns if (kind := declared(column.type))}
+    types = _physical_types(table)
     rewritten = []
     for name, expression in table.computed:
         tree = parse_expression(expression)
         rewritten.append((name, expression if tree is None else integer_division(tree.copy(), types).sql("spark")))
     return tuple(rewritten)
+
+
+def _physical_types(table: CreateTable) -> Types:
+    return {column.name.lower(): kind for column in table.columns if (kind := declared(column.type))}
 
 
 def _typed(expression: str, types: Types) -> exp.DataType | None:
