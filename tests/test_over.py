@@ -203,6 +203,9 @@ COLUMNS = "SELECT user_id, amount, price, ts, {}, 0, 0, 0.0, 0.0, ts FROM clicks
          r"RANGE reaches back in event time: give INTERVAL '…' unit PRECEDING"),
         ("COUNT(DISTINCT amount) OVER (PARTITION BY user_id ORDER BY ts)",
          "DISTINCT and FILTER are not supported in an OVER aggregation yet"),
+        ("SUM(user_id) OVER (PARTITION BY user_id ORDER BY ts)",
+         r"OVER at line 8, column \d+: SUM\(user_id\) reads a STRING value; an OVER aggregation sums and averages "
+         r"integers and floating point numbers"),
         ("COUNT(*) OVER w FROM clicks WINDOW v AS (PARTITION BY user_id ORDER BY ts) --",
          r"OVER w at line 8, column \d+ names no window of the WINDOW clause \(v\)"),
     ],

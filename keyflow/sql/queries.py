@@ -34,7 +34,14 @@ from keyflow.sql.scope import Relation, Side, belongs, expand_star, own_nodes, r
 from keyflow.sql.statements import DIALECT, CreateView, interval_micros, is_proctime
 from keyflow.sql.tables import quoted, source_of
 from keyflow.sql.top_n import TopN, top_n_of
-from keyflow.sql.types import Types, integer_division, integer_type, node_types, table_types
+from keyflow.sql.types import (
+    Types,
+    integer_division,
+    integer_type,
+    node_types,
+    over_argument_refusal,
+    table_types,
+)
 
 AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
 _UNSUPPORTED = {
@@ -697,6 +704,9 @@ class QueryPlanner:
                 computed.append(f"{spark_sql(key)} AS {quoted(keys[-1])}")
         if computed:
             node_id = self.builder.select(node_id, ["*", *computed], name=f"over keys ({into})")
+        refused = over_argument_refusal(over.calls, node_types(self.builder, node_id, self.catalog.types))
+        if refused:
+            raise SqlError(f"OVER at {position(over.window)}: {refused}")
         try:
             node_id = self.builder.over(node_id, self.builder.key_by(keys), over.order.name, over.calls, over.frame,
                                         name=f"over ({into})")  # fmt: skip

@@ -25,6 +25,7 @@ Types = dict[str, exp.DataType]  # column (lower case) -> its type
 INTEGERS = (exp.DType.TINYINT, exp.DType.SMALLINT, exp.DType.INT, exp.DType.BIGINT)
 FLOATS = (exp.DType.FLOAT, exp.DType.DOUBLE)
 TIMESTAMP = exp.DataType.build("TIMESTAMP")
+TIMES = (exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ, exp.DType.TIMESTAMPLTZ, exp.DType.DATETIME, exp.DType.DATE)
 
 
 @functools.lru_cache(maxsize=512)
@@ -160,6 +161,23 @@ def computed_columns(table: CreateTable) -> tuple[tuple[str, str], ...]:
         tree = parse_expression(expression)
         rewritten.append((name, expression if tree is None else integer_division(tree.copy(), types).sql("spark")))
     return tuple(rewritten)
+
+
+def over_argument_refusal(calls: Mapping[str, str], types: Types) -> str | None:
+    """Why an OVER aggregate cannot take its argument, where its type is known before Spark
+    starts (the workers check the same once Spark tells the types): SUM and AVG take numbers,
+    MIN and MAX numbers, times and dates."""
+    for text in calls.values():
+        call = parse_expression(text)
+        if not isinstance(call, (exp.Sum, exp.Avg, exp.Min, exp.Max)):
+            continue
+        kind = infer(call.this, types, spark=True)
+        ordered = isinstance(call, (exp.Min, exp.Max)) and kind is not None and kind.is_type(*TIMES)
+        if kind is not None and not (_numeric(kind) or ordered):
+            return (f"{text} reads a {kind.sql(dialect=DIALECT)} value; an OVER aggregation sums and averages "
+                    "integers and floating point numbers, and takes MIN/MAX of those and of times and dates "
+                    "(CAST a DECIMAL to DOUBLE)")  # fmt: skip
+    return None
 
 
 def _physical_types(table: CreateTable) -> Types:
