@@ -131,6 +131,96 @@ def test_streaming_outer_joins_equal_the_batch_join_after_every_micro_batch(tmp_
     assert retracted.count("-D") > 50  # padded rows were emitted, then retracted by their first match
 
 
+def upserts(seed: int, rows: int, ids: int, users: int, id_column: str, user_column: str, value: str) -> pd.DataFrame:
+    """Upserts of ``ids`` rows: an update may move a row to another user; one in six deletes
+    its row (non-key columns null)."""
+    rng = np.random.default_rng(seed)
+    deleted = rng.random(rows) < 1 / 6
+    users_of = pd.Series([f"u{n}" for n in rng.integers(0, users, rows)]).where(~deleted, None)
+    values = pd.Series(rng.integers(1, 99, rows)).astype("Int64").where(~deleted, None)
+    return pd.DataFrame({id_column: rng.integers(0, ids, rows), user_column: users_of, value: values})
+
+
+def latest(history: list[pd.DataFrame], id_column: str, user_column: str) -> pd.DataFrame:
+    """Each id's newest version, deleted ids gone: the table a changelog source describes."""
+    newest = pd.concat(history, ignore_index=True).groupby(id_column).tail(1)
+    return newest[newest[user_column].notna()]
+
+
+def changelog_joins(p: Pipeline, base: Path) -> None:
+    a = p.source(log(str(base / "orders"), changelog_mode="upsert", primary_key="order_id"), uid="orders")
+    b = p.source(log(str(base / "visits"), changelog_mode="upsert", primary_key="visit"), uid="visits")
+    for how in HOW:
+        a.join(b, on=[("user", "uid")], how=how).uid(f"{how}-join").sink(parquet(base / "out" / how), uid=f"{how}-out")
+
+
+@pytest.mark.jvm
+def test_streaming_joins_of_changelogs_equal_the_join_of_the_current_tables_after_every_micro_batch(
+    tmp_path: Path,
+) -> None:
+    """Both inputs are upsert logs (normalized into changelogs): rows are updated, moved to
+    another user (a retraction at one key, an addition at another) and deleted, across
+    micro-batches, over a restart at another parallelism. After each micro-batch the current
+    table of each join's output equals pandas' join of the inputs' current tables, and no row
+    is retracted more often than it was added (Flink's StreamingJoinOperator with retractions)."""
+    order_schema = pa.schema([("order_id", pa.int64()), ("user", pa.string()), ("amount", pa.int64())])
+    visit_schema = pa.schema([("visit", pa.int64()), ("uid", pa.string()), ("pages", pa.int64())])
+    rounds = [
+        (upserts(21, 300, 150, 25, "order_id", "user", "amount"), upserts(22, 200, 90, 25, "visit", "uid", "pages")),
+        (upserts(23, 250, 150, 25, "order_id", "user", "amount"), upserts(24, 0, 90, 25, "visit", "uid", "pages")),
+        (upserts(25, 200, 150, 30, "order_id", "user", "amount"), upserts(26, 250, 90, 30, "visit", "uid", "pages")),
+    ]
+    seen_orders: list[pd.DataFrame] = []
+    seen_visits: list[pd.DataFrame] = []
+    Log.create(tmp_path / "orders", 3, order_schema)
+    Log.create(tmp_path / "visits", 3, visit_schema)
+    job, p = None, Pipeline(config=config(2))
+    changelog_joins(p, tmp_path)
+    try:
+        for number, (left, right) in enumerate(rounds):
+            if number == 2:  # restart at parallelism 3 from the checkpoint
+                job.stop()
+                p, job = Pipeline(config=config(3)), None
+                changelog_joins(p, tmp_path)
+            append(tmp_path / "orders", left, schema=order_schema, key="order_id")
+            if len(right):
+                append(tmp_path / "visits", right, schema=visit_schema, key="visit")
+            seen_orders.append(left)
+            seen_visits.append(right)
+            job = job or p.start(checkpoint=str(tmp_path / "ckpt"))
+            job.process_all_available()
+            now_orders, now_visits = latest(seen_orders, "order_id", "user"), latest(seen_visits, "visit", "uid")
+            for how in HOW:
+                want = now_orders.merge(
+                    now_visits, left_on="user", right_on="uid", how="outer" if how == "full" else how
+                )
+                want["user"] = want["user"].fillna(want["uid"])
+                columns = ["user", "order_id", "amount", "visit", "pages"]
+                got = _current_of(tmp_path / "out" / how, how)
+                pd.testing.assert_frame_equal(_tidy(got[columns]), _tidy(want[columns]), obj=f"{how} after {number}")
+    finally:
+        if job is not None:
+            job.stop()
+    kinds = pq.read_table(tmp_path / "out" / "inner", columns=["op"]).column("op").to_pylist()
+    assert kinds.count("-D") > 100  # updates and deletes retracted joined rows
+
+
+def _current_of(path: Path, how: str) -> pd.DataFrame:
+    """The current table of a changelog's files, after checking no row is retracted more often than added."""
+    rows = pa.concat_tables([pq.read_table(f) for f in sorted(path.glob("part-*"))])
+    assert set(rows.column("op").to_pylist()) <= {"+I", "-D"}, how
+    changes = rows.to_pandas()
+    signed = changes.assign(n=np.where(changes.op == "-D", -1, 1)).drop(columns="op")
+    net = signed.groupby([c for c in signed.columns if c != "n"], dropna=False).n.sum()
+    assert (net >= 0).all(), f"{how}: a row retracted more often than emitted: {net[net < 0]}"
+    return current(rows).to_pandas()
+
+
+def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.astype({"order_id": "Int64", "amount": "Int64", "visit": "Int64", "pages": "Int64"})
+    return frame.sort_values(["user", "order_id", "visit"]).reset_index(drop=True)
+
+
 @pytest.mark.jvm
 def test_null_join_keys_fail_naming_both_inputs_and_the_way_out(tmp_path: Path) -> None:
     left = orders(20, 5, start=0, seed=11)
@@ -162,8 +252,8 @@ def test_join_mistakes_are_plan_errors(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match=r"names \['user'\] twice; name each column once"):
         a.join(b, on=["user", "user"])
     upserts = p.source(log(str(tmp_path / "o"), changelog_mode="upsert", primary_key="order_id"), name="upserts")
-    with pytest.raises(PlanError, match=r"'normalize upserts' is a changelog .*joins of changelogs are not"):
-        upserts.join(b, on=[("user", "uid")], how="left")
+    with pytest.raises(PlanError, match=r"'normalize upserts' is a changelog .*a time-bounded join takes streams of"):
+        upserts.interval_join(b, on=[("user", "uid")], between=("-1 s", "1 s"), how="left")
     joined = a.join(b, on=[("user", "uid")])
     with pytest.raises(PlanError, match=r"window\(\.\.\.\) over the output of join 'inner join' is not supported"):
         joined.key_by("user").window(tumbling("1 min"))

@@ -459,10 +459,13 @@ def plan(script: str, **config: object) -> Pipeline:
             r"the filters on rn at line 2, column \d+ keep no row \(from 4 to 3\); widen the range",
         ),
         (
-            ORDERS.format(extra=", 'source.watch' = 'true'") + "SELECT * FROM (SELECT user_id, COUNT(*) AS n FROM "
-            "orders GROUP BY user_id) a JOIN orders o ON a.user_id = o.user_id;",
-            r"JOIN at line 2, column \d+: its left table is updated or retracted \(a streaming GROUP BY, Top-N or "
-            r"outer join, or a changelog table\); joins of updating tables are not supported yet",
+            CLICKS + "CREATE TABLE u (user_id STRING, n BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL "
+            "'5' SECOND, PRIMARY KEY (user_id) NOT ENFORCED) WITH ('connector' = 'upsert-kafka', 'topic' = 't', "
+            "'properties.bootstrap.servers' = 'h:9092', 'key.format' = 'json', 'value.format' = 'json');\n"
+            "SELECT * FROM u JOIN clicks c ON u.user_id = c.user_id AND c.ts BETWEEN u.ts - INTERVAL '1' MINUTE "
+            "AND u.ts;",
+            r"JOIN at line 3, column \d+: its left table is updated or retracted \(a streaming GROUP BY, Top-N or "
+            r"outer join, or a changelog table\); a time-bounded \(interval or window\) join takes tables of inserts",
         ),
         (
             "EXECUTE STATEMENT SET BEGIN " + ORDERS.format(extra="") + "END;",

@@ -613,8 +613,11 @@ class PlanBuilder:
         name: str | None,
         parallelism: int | None,
     ) -> int:
-        """A regular join of ``inputs`` on ``on`` (pairs of a left and a right column)."""
-        return self._join(nodes.JoinNode, inputs, on, how, name or f"{how} join", parallelism)
+        """A regular join of ``inputs`` on ``on`` (pairs of a left and a right column); of
+        changelogs too, whose updates and deletes then retract the rows they joined."""
+        updating = any(self.is_changelog(input_id) for input_id in inputs)
+        kind = nodes.ChangelogJoinNode if updating else nodes.JoinNode
+        return self._join(kind, inputs, on, how, name or f"{how} join", parallelism)
 
     def interval_join(
         self,
@@ -666,7 +669,14 @@ class PlanBuilder:
         )
 
     def _join_time(self, label: str, input_id: int, position: int) -> str:
-        """The event-time column of a time-bounded join's input (its source's watermark column)."""
+        """The event-time column of a time-bounded join's input (its source's watermark column);
+        an input of inserts, as Flink's interval and window joins take."""
+        if self.is_changelog(input_id):
+            raise PlanError(
+                f"{label}: {self._nodes[input_id].name!r} is a changelog (rows with updates and deletes); a "
+                "time-bounded join takes streams of inserts (as in Flink): join them before they are aggregated or "
+                "ranked, or use a regular join"
+            )
         origin = nodes.event_time_origin(self._nodes, input_id)
         which = f"the {('left', 'right')[position]} stream ({self._nodes[input_id].name!r}"
         which += f", from {origin.kind} {origin.name!r})" if origin.id != input_id else ")"
@@ -742,14 +752,8 @@ class PlanBuilder:
     def _join_keys(
         self, inputs: tuple[int, int], on: Sequence[tuple[str, str]], label: str
     ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The left and right key columns of a join of ``inputs``: both inputs of inserts, and
-        no column besides the keys in both (where their columns are known)."""
-        for input_id in inputs:
-            if self.is_changelog(input_id):
-                raise PlanError(
-                    f"{label}: {self._nodes[input_id].name!r} is a changelog (rows with updates and deletes); joins "
-                    "of changelogs are not supported yet: join streams of inserts"
-                )
+        """The left and right key columns of a join of ``inputs``: no column besides the keys in
+        both (where their columns are known)."""
         keys, other_keys = tuple(left for left, _ in on), tuple(right for _, right in on)
         left, right = (output_columns(self._nodes, input_id, {}) for input_id in inputs)
         clashes = join_clashes(other_keys, list(left), list(right)) if left is not None and right is not None else []

@@ -432,6 +432,19 @@ class JoinNode(ConnectedNode):
 
 
 @dataclass(frozen=True, eq=False)
+class ChangelogJoinNode(JoinNode):
+    """A regular join of which an input is a changelog (Flink's streaming join of updating
+    tables): an input's update or delete retracts its row from the state and the joined rows
+    it made (``-D``), so the output is a changelog whatever ``how`` is."""
+
+    kind: ClassVar[str] = "changelog_join"
+
+    @property
+    def changelog(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True, eq=False)
 class IntervalJoinNode(JoinNode):
     """A join of rows whose keys are equal and whose event times are close (Flink's interval
     join): ``lower <= right time - left time <= upper`` (microseconds, over each input's

@@ -17,6 +17,7 @@ from keyflow.plan.aggregates import AggregateCall, mergeable, over_calls, parse_
 from keyflow.plan.event_time import WindowAssigner, timer_state
 from keyflow.plan.nodes import (
     AggregateNode,
+    ChangelogJoinNode,
     CoProcessNode,
     IntervalJoinNode,
     JoinNode,
@@ -98,6 +99,18 @@ class RegularJoin(KeyedOperator):
 
     def contents(self) -> tuple[tuple[str, str], ...]:
         return (("rows", "each input's rows"), ("how", self.node.how))
+
+
+@dataclass(frozen=True, eq=False)
+class ChangelogJoin(KeyedOperator):
+    """A regular join of changelogs (Flink's ``StreamingJoinOperator`` with retractions): each
+    input's current rows of a key in list state; an update or delete removes its row and
+    retracts the joined rows it made, an insert or update joins as in a regular join."""
+
+    node: ChangelogJoinNode
+
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        return (("rows", "each input's current rows"), ("how", self.node.how), ("retracts", "-U and -D rows"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -319,6 +332,8 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
         return IntervalJoin(node)
     if isinstance(node, WindowJoinNode):
         return WindowJoin(node)
+    if isinstance(node, ChangelogJoinNode):
+        return ChangelogJoin(node)
     if isinstance(node, JoinNode):
         return RegularJoin(node)
     if isinstance(node, WindowTableRankNode):

@@ -40,7 +40,7 @@ def translate(error: Exception, operator: str | None = None) -> KeyflowError:
         if raised:
             kind, message = raised[-1]
             return PipelineError(f"{where}a Python worker raised {kind.rsplit('.', 1)[-1]}: {message.strip()}")
-    return EngineError(f"{where}{first_line(text)}")
+    return EngineError(f"{where}{first_line(text) or type(error).__name__}")  # an empty message: at least its kind
 
 
 def first_line(text: str) -> str:

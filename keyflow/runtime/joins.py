@@ -14,7 +14,7 @@ table is the batch join.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -23,7 +23,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keyflow.changelog import DELETE, INSERT, OP
+from keyflow.changelog import DELETE, INSERT, OP, RETRACTIONS
 from keyflow.plan.descriptors import ListState, StateDescriptor, ValueState
 from keyflow.plan.event_time import END_OF_INPUT, NO_WATERMARK
 from keyflow.plan.nodes import WINDOW_END
@@ -43,7 +43,9 @@ from keyflow.state.memory import KeyedStateStore
 from keyflow.state.timers import TaskTime, window_fires_at
 
 Positions = npt.NDArray[np.int64]
+Arrive = Callable[[int, KeyedBatch, pa.StructArray, KeyedState], list[pa.Table]]
 ROWS, MATCHES = ("__left_rows", "__right_rows"), ("__left_matches", "__right_matches")
+ROW_KIND = "__row_kind"  # a changelog join's rows: each one's row kind, from whichever input it came
 WRITTEN = "__written"  # a regular join's key: when its state was last written (idle state retention)
 
 
@@ -79,21 +81,29 @@ class JoinRows(KeyedFunction):
         return {**sides.state(), WRITTEN: ValueState(pa.int64())}
 
     def process(self, batch: KeyedBatch, state: KeyedState) -> Any:
-        tags = batch.data.column(INPUT).to_numpy()
         out: list[pa.Table] = []
         if self.stamped:  # a regular join: stamped for table.exec.state.ttl, on or off
             state[WRITTEN].update(pa.array(np.full(batch.num_keys, state.now, dtype=np.int64)))
+        for side, rows, arrive in self._arrivals(batch):
+            packed = batch.data.column(PACKED[side]).take(pa.array(rows)).combine_chunks()
+            arrived, positions = batch.of_rows(rows, pa.table({"row": packed}))
+            out.extend(arrive(side, arrived, packed, state.of_keys(positions)))
+        return pa.concat_tables(out) if out else None
+
+    def _arrivals(self, batch: KeyedBatch) -> Iterator[tuple[int, Positions, Arrive]]:
+        """The call's rows in the order they are taken: the left input's, then the right's."""
+        tags = batch.data.column(INPUT).to_numpy()
         for side in (0, 1):
             rows = np.flatnonzero(tags == side)
             if len(rows):
-                packed = batch.data.column(PACKED[side]).take(pa.array(rows)).combine_chunks()
-                arrived, positions = batch.of_rows(rows, pa.table({"row": packed}))
-                out.extend(self._arrive(side, arrived, packed, state.of_keys(positions)))
-        return pa.concat_tables(out) if out else None
+                yield side, rows, self._arrive
 
-    def _arrive(self, side: int, batch: KeyedBatch, rows: pa.StructArray, state: KeyedState) -> list[pa.Table]:
-        other = 1 - side
-        stored = empty_if_null(state[ROWS[other]].get())
+    def _pairs(
+        self, side: int, batch: KeyedBatch, rows: pa.StructArray, state: KeyedState
+    ) -> tuple[pa.Array, Positions, Positions, Positions]:
+        """The other input's stored rows of the keys (flat), how many each key has, and the
+        joining pairs (arriving row ``mine[i]``, stored row ``theirs[i]``)."""
+        stored = empty_if_null(state[ROWS[1 - side]].get())
         lengths = list_lengths(stored)
         stored_rows = pc.list_flatten(stored)
         before = np.cumsum(lengths) - lengths  # where each key's stored rows start in stored_rows
@@ -101,19 +111,17 @@ class JoinRows(KeyedFunction):
         mine = np.repeat(np.arange(len(rows)), candidates)
         theirs = np.repeat(before[batch.key_index], candidates) + positions_within(candidates)
         mine, theirs = self._matching(side, rows, stored_rows, mine, theirs)
+        return stored_rows, lengths, mine, theirs
+
+    def _arrive(self, side: int, batch: KeyedBatch, rows: pa.StructArray, state: KeyedState) -> list[pa.Table]:
+        other = 1 - side
+        stored_rows, lengths, mine, theirs = self._pairs(side, batch, rows, state)
         out = []
         if self.sides.preserved[other]:
-            counts_view = state[MATCHES[other]]
-            counts = np.asarray(pc.list_flatten(empty_if_null(counts_view.get())).to_numpy(), dtype=np.int64)
-            hits = np.bincount(theirs, minlength=len(counts))
-            first = np.flatnonzero((counts == 0) & (hits > 0))  # padded rows of the other input to retract
+            before, after = self._count_matches(state[MATCHES[other]], lengths, theirs, 1)
+            first = np.flatnonzero((before == 0) & (after > 0))  # padded rows of the other input to retract
             if self.sides.changelog and len(first):
-                owners = np.repeat(np.arange(len(lengths)), lengths)[first]
-                out.append(
-                    self._rows(batch.keys.take(pa.array(owners)), side, None, stored_rows.take(pa.array(first)), DELETE)
-                )
-            offsets = pa.array(np.r_[0, np.cumsum(lengths)], pa.int32())  # a key with no rows: null, not []
-            counts_view.update(pa.ListArray.from_arrays(offsets, pa.array(counts + hits), mask=pa.array(lengths == 0)))
+                out.append(self._padded(batch, lengths, side, stored_rows, first, DELETE))
         if len(mine):
             keys = batch.keys.take(pa.array(batch.key_index[mine]))
             out.append(self._rows(keys, side, rows.take(pa.array(mine)), stored_rows.take(pa.array(theirs)), INSERT))
@@ -126,6 +134,24 @@ class JoinRows(KeyedFunction):
             state[MATCHES[side]].add(pa.array(matches, pa.int64()), batch.key_index)
         state[ROWS[side]].add(rows, batch.key_index)
         return out
+
+    @staticmethod
+    def _count_matches(
+        view: ListStateView, lengths: Positions, theirs: Positions, sign: int
+    ) -> tuple[Positions, Positions]:
+        """The match counts of a preserved input's stored rows (flat; ``lengths`` per key)
+        before and after each pair's stored row ``theirs[i]`` gains (or loses) one."""
+        before = np.asarray(pc.list_flatten(empty_if_null(view.get())).to_numpy(), dtype=np.int64)
+        after = before + sign * np.bincount(theirs, minlength=len(before))
+        view.update(per_key(pa.array(after), lengths))
+        return before, after
+
+    def _padded(
+        self, batch: KeyedBatch, lengths: Positions, side: int, stored: pa.Array, chosen: Positions, op: str
+    ) -> pa.Table:
+        """The other input's ``chosen`` stored rows (flat; ``lengths`` per key) padded with nulls."""
+        owners = np.repeat(np.arange(len(lengths)), lengths)[chosen]
+        return self._rows(batch.keys.take(pa.array(owners)), side, None, stored.take(pa.array(chosen)), op)
 
     def _matching(
         self, side: int, rows: pa.StructArray, stored: pa.Array, mine: Positions, theirs: Positions
@@ -148,6 +174,113 @@ class JoinRows(KeyedFunction):
         if self.sides.changelog:
             columns[OP] = pa.repeat(pa.scalar(op, pa.string()), keys.num_rows)
         return pa.table(columns)
+
+
+class ChangelogJoinRows(JoinRows):
+    """A regular join of changelogs (Flink's ``StreamingJoinOperator`` with retractions).
+
+    Each input's rows of a call are taken in two steps. Its inserts and update-afters (``+I``,
+    ``+U``) join and are stored as in :class:`JoinRows`. Then its retractions (``-U``, ``-D``)
+    pair with the other input's stored rows of their key, emit each pair as ``-D`` (an outer
+    join: a preserved row losing its last match is emitted padded, a retracted preserved row
+    without a match retracts its padded row), and remove one stored row equal to them, column
+    for column. Additions first, so a row retracted in the call that brought it is found; the
+    current table does not depend on the order (as Flink, the output's kinds are ``+I``/``-D``)."""
+
+    def _arrivals(self, batch: KeyedBatch) -> Iterator[tuple[int, Positions, Arrive]]:
+        tags = batch.data.column(INPUT).to_numpy()
+        kinds = batch.data.column(ROW_KIND)
+        retracting = pc.is_in(kinds, value_set=pa.array(RETRACTIONS)).to_numpy(zero_copy_only=False)
+        for side in (0, 1):
+            for retracts, arrive in ((False, self._arrive), (True, self._retract)):
+                rows = np.flatnonzero((tags == side) & (retracting == retracts))
+                if len(rows):
+                    yield side, rows, arrive
+
+    def _retract(self, side: int, batch: KeyedBatch, rows: pa.StructArray, state: KeyedState) -> list[pa.Table]:
+        other = 1 - side
+        stored_rows, lengths, mine, theirs = self._pairs(side, batch, rows, state)
+        out = []
+        if len(mine):
+            keys = batch.keys.take(pa.array(batch.key_index[mine]))
+            out.append(self._rows(keys, side, rows.take(pa.array(mine)), stored_rows.take(pa.array(theirs)), DELETE))
+        if self.sides.preserved[other]:
+            before, after = self._count_matches(state[MATCHES[other]], lengths, theirs, -1)
+            last = np.flatnonzero((before > 0) & (after <= 0))  # the other input's rows left without a match
+            if len(last):
+                out.append(self._padded(batch, lengths, side, stored_rows, last, INSERT))
+        if self.sides.preserved[side]:
+            alone = np.flatnonzero(np.bincount(mine, minlength=len(rows)) == 0)
+            if len(alone):
+                keys = batch.keys.take(pa.array(batch.key_index[alone]))
+                out.append(self._rows(keys, side, rows.take(pa.array(alone)), None, DELETE))
+        self._remove(side, batch, rows, state)
+        return out
+
+    def _remove(self, side: int, batch: KeyedBatch, rows: pa.StructArray, state: KeyedState) -> None:
+        """One stored row of the key equal to each retracted row leaves the state (with its
+        match count); a retraction of a row not stored (expired by state TTL) removes none."""
+        view = state[ROWS[side]]
+        stored = empty_if_null(view.get())
+        lengths = list_lengths(stored)
+        flat = pc.list_flatten(stored)
+        owners = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        removed = equal_rows_to_remove(flat, owners, rows, batch.key_index)
+        kept = lengths - np.bincount(owners[removed], minlength=len(lengths))
+        view.update(per_key(flat.filter(pa.array(~removed)), kept))
+        if self.sides.preserved[side]:
+            counts = pc.list_flatten(empty_if_null(state[MATCHES[side]].get()))
+            state[MATCHES[side]].update(per_key(counts.filter(pa.array(~removed)), kept))
+
+
+def per_key(values: pa.Array, lengths: Positions) -> pa.ListArray:
+    """``values`` cut into lists of ``lengths`` (a key with none: null, as one never written)."""
+    offsets = pa.array(np.r_[0, np.cumsum(lengths)], pa.int32())
+    return pa.ListArray.from_arrays(offsets, values, mask=pa.array(lengths == 0))
+
+
+def equal_rows_to_remove(
+    stored: pa.Array, owners: Positions, retracted: pa.Array, retracted_keys: Positions
+) -> npt.NDArray[np.bool_]:
+    """A mask of ``stored`` rows (of keys ``owners``): for each ``retracted`` row (of keys
+    ``retracted_keys``), one stored row of its key equal to it, nulls equal to nulls; rows are
+    grouped by key and value with Arrow's hash grouping."""
+    count = len(stored)
+    columns = {
+        f"c{i}": pa.concat_arrays([a, b])
+        for i, (a, b) in enumerate(zip(_leaves(stored), _leaves(retracted), strict=True))
+    }
+    rows = pa.table({"__key": np.r_[owners, retracted_keys], **columns, "__at": np.arange(count + len(retracted))})
+    groups = rows.group_by(["__key", *columns], use_threads=False).aggregate([("__at", "list")])
+    members = groups.column("__at_list").combine_chunks()
+    sizes = list_lengths(members)
+    at = np.asarray(pc.list_flatten(members).to_numpy(), dtype=np.int64)
+    group = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+    order = np.lexsort((at, group))  # by group, its stored rows (positions below count) first
+    at, group = at[order], group[order]
+    retractions = np.bincount(group[at >= count], minlength=len(sizes))
+    chosen = at[(at < count) & (positions_within(sizes) < retractions[group])]
+    removed = np.zeros(count, dtype=bool)
+    removed[chosen] = True
+    return removed
+
+
+def _leaves(rows: pa.Array) -> list[pa.Array]:
+    """The columns a row struct's equality reads: each struct's validity, then its fields'."""
+    if not pa.types.is_struct(rows.type):
+        return [rows]
+    return [pc.is_valid(rows)] + [leaf for field in rows.flatten() for leaf in _leaves(field)]
+
+
+def ungroupable_fields(row_type: pa.StructType, prefix: str = "") -> list[str]:
+    """The fields (dotted) of a row type whose values Arrow cannot group by: lists, maps."""
+    found = []
+    for field in row_type:
+        if pa.types.is_struct(field.type):
+            found += ungroupable_fields(field.type, f"{prefix}{field.name}.")
+        elif pa.types.is_nested(field.type):
+            found.append(f"{prefix}{field.name}")
+    return found
 
 
 class IdleJoinRows(JoinRows):
@@ -179,6 +312,10 @@ class IdleJoinRows(JoinRows):
             store.touch(unstamped)
         store.clear(written.at_most(time.processing_time - self.ttl, len(store)))
         return iter(())
+
+
+class IdleChangelogJoinRows(IdleJoinRows, ChangelogJoinRows):
+    """A join of changelogs under ``table.exec.state.ttl``."""
 
 
 EXPIRY = ("__left_expiry", "__right_expiry")
@@ -221,6 +358,24 @@ class IntervalJoinRows(JoinRows):
     def __init__(self, sides: JoinSides, schema: pa.Schema, interval: Interval) -> None:
         super().__init__(sides, schema)
         self.interval = interval
+
+    @staticmethod
+    def _count_matches(
+        view: ListStateView, lengths: Positions, theirs: Positions, sign: int
+    ) -> tuple[Positions, Positions]:
+        """The match counts of a preserved input's stored rows (flat; ``lengths`` per key)
+        before and after each pair's stored row ``theirs[i]`` gains (or loses) one."""
+        before = np.asarray(pc.list_flatten(empty_if_null(view.get())).to_numpy(), dtype=np.int64)
+        after = before + sign * np.bincount(theirs, minlength=len(before))
+        view.update(per_key(pa.array(after), lengths))
+        return before, after
+
+    def _padded(
+        self, batch: KeyedBatch, lengths: Positions, side: int, stored: pa.Array, chosen: Positions, op: str
+    ) -> pa.Table:
+        """The other input's ``chosen`` stored rows (flat; ``lengths`` per key) padded with nulls."""
+        owners = np.repeat(np.arange(len(lengths)), lengths)[chosen]
+        return self._rows(batch.keys.take(pa.array(owners)), side, None, stored.take(pa.array(chosen)), op)
 
     def _matching(
         self, side: int, rows: pa.StructArray, stored: pa.Array, mine: Positions, theirs: Positions

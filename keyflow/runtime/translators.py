@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, GroupedData, Observation, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from keyflow.changelog import DELETED, OFFSET, OP, RETRACTIONS, UPDATE_BEFORE
+from keyflow.changelog import DELETED, INSERT, OFFSET, OP, RETRACTIONS, UPDATE_BEFORE
 from keyflow.errors import NullKeysError, PlanError, encode
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan import physical
@@ -33,7 +33,10 @@ from keyflow.runtime.changelog import ROWS, SIGN, Normalize, Retracting, Retract
 from keyflow.runtime.connected import PACKED, CoProcess, TimedCoProcess
 from keyflow.runtime.exchange import keyed_exchange, null_key_condition
 from keyflow.runtime.joins import (
+    ROW_KIND,
     TIME_FIELD,
+    ChangelogJoinRows,
+    IdleChangelogJoinRows,
     IdleJoinRows,
     Interval,
     IntervalJoinRows,
@@ -41,6 +44,7 @@ from keyflow.runtime.joins import (
     JoinSides,
     WindowJoinRows,
     expiry_state,
+    ungroupable_fields,
     window_state,
 )
 from keyflow.runtime.keyed_function import KeyedFunction
@@ -227,8 +231,37 @@ def _co_process(operator: physical.KeyedCoProcess, frame: DataFrame, context: Ke
 
 def _join(operator: physical.RegularJoin, frame: DataFrame, context: KeyedContext) -> DataFrame:
     """``frame``: both inputs' rows (``keyflow.runtime.connected``); each kept in list state."""
-    sides, output = _join_shape(operator.node, frame)
-    function = JoinRows(sides, output) if not context.state_ttl else IdleJoinRows(sides, output, context.state_ttl)
+    return _rows_joined(operator.node, frame, context, JoinRows, IdleJoinRows)
+
+
+def _changelog_join(operator: physical.ChangelogJoin, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """A regular join's, each row's kind first taken out of its packed row (an input of
+    inserts: ``+I``), so that a retraction's row equals the row it retracts."""
+    node = operator.node
+    kinds = {i: F.col(f"`{PACKED[i]}`.`{OP}`") for i in (0, 1) if OP in frame.schema[PACKED[i]].dataType.fieldNames()}
+    unkinded = frame.withColumns(
+        {
+            ROW_KIND: F.coalesce(*kinds.values(), F.lit(INSERT)),
+            **{PACKED[i]: F.col(PACKED[i]).dropFields(OP) for i in kinds},
+        }
+    )
+    types = to_arrow_schema(unkinded.schema, timezone=session_timezone(unkinded))
+    for position in (0, 1):
+        nested = ungroupable_fields(types.field(PACKED[position]).type)
+        if nested:
+            raise PlanError(
+                f"operator {node.name!r}: the {('left', 'right')[position]} input's columns {nested} are lists or "
+                "maps, which a join of changelogs cannot match a retraction against; drop them or cast them to "
+                "strings before the join"
+            )
+    return _rows_joined(node, unkinded, context, ChangelogJoinRows, IdleChangelogJoinRows)
+
+
+def _rows_joined(
+    node: JoinNode, frame: DataFrame, context: KeyedContext, kind: type[JoinRows], idle: type[IdleJoinRows]
+) -> DataFrame:
+    sides, output = _join_shape(node, frame)
+    function = kind(sides, output) if not context.state_ttl else idle(sides, output, context.state_ttl)
     exchanged = context.exchange(frame, keep_key_group=True)
     return context.run(exchanged, function, output, JoinRows.state_of(sides), ())
 
@@ -655,6 +688,7 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.TimedProcess: _timed_process,
     physical.KeyedCoProcess: _co_process,
     physical.RegularJoin: _join,
+    physical.ChangelogJoin: _changelog_join,
     physical.IntervalJoin: _interval_join,
     physical.WindowJoin: _window_join,
     physical.GroupByAggregate: _group_by,

@@ -11,6 +11,7 @@ select list a projection. Expressions run as Spark SQL with Flink's meanings
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from sqlglot import exp
@@ -64,9 +65,17 @@ class QueryPlanner:
     def __init__(self, builder: PlanBuilder, catalog: Catalog) -> None:
         self.builder, self.catalog = builder, catalog
         self._joins = 0
+        self._named: Counter[str] = Counter()  # keyed operators' names given so far
         self._planning: set[str] = set()  # views being planned: one that reads itself is an error
         self._ctes: dict[str, tuple[int, str]] = {}  # WITH query -> (the scope it is visible in, its operators' name)
         self._scope = 0  # WITH queries of scopes below this one are hidden (a view's body sees none)
+
+    def _keyed_name(self, kind: str, into: str) -> str:
+        """A keyed operator's name, ``kind (into)``; from the second of a kind in a statement
+        ``kind 2 (into)``, so that two alike (q5's two window counts) keep their state apart."""
+        name = f"{kind} ({into})"
+        self._named[name] += 1
+        return name if self._named[name] == 1 else f"{kind} {self._named[name]} ({into})"
 
     def plan(self, query: exp.Select, into: str) -> tuple[int, list[str]]:
         """A statement's query: :meth:`select`, whose rows must be whole (not windowed rows
@@ -308,13 +317,6 @@ class QueryPlanner:
         the condition filters the joined rows."""
         version = join.this.args.get("version") if isinstance(join.this, exp.Table) else None
         right = self.relation(join.this if version is None else _unversioned(join.this), into, query)
-        for side, relation in (("left", left), ("right", right)):
-            if self.builder.is_changelog(relation.node):
-                raise SqlError(
-                    f"JOIN at {position(join)}: its {side} table is updated or retracted (a streaming GROUP BY, Top-N "
-                    "or outer join, or a changelog table); joins of updating tables are not supported yet: join the "
-                    "rows before they are aggregated or ranked"
-                )
         if (left.window is None) != (right.window is None):
             raise SqlError(f"JOIN at {position(join)} of a window table function and a table: join two window table "
                            "functions of the same windows (a window join), or aggregate the windows in a subquery "
@@ -343,6 +345,13 @@ class QueryPlanner:
         if left.window is not None and right.window is not None:
             windows, pairs = _window_join_windows(join, left.window, right.window, pairs)
             left, right = _without_windows(left), _without_windows(right)
+        updating = [side for side, r in (("left", left), ("right", right)) if self.builder.is_changelog(r.node)]
+        if updating and (windows is not None or between is not None):
+            raise SqlError(
+                f"JOIN at {position(join)}: its {updating[0]} table is updated or retracted (a streaming GROUP BY, "
+                "Top-N or outer join, or a changelog table); a time-bounded (interval or window) join takes tables "
+                "of inserts, as in Flink: join the rows before they are aggregated or ranked, or drop the time bound"
+            )
         if not pairs:
             besides = " besides the windows" if windows is not None else ""
             raise SqlError(f"JOIN at {position(join)} needs an equality between a column of each table{besides}, e.g. "
@@ -480,6 +489,7 @@ class QueryPlanner:
         if not renames and not clash:
             return right, node_id
         keep = [f"{quoted(n)} AS {quoted(renames.get(n, n))}" for n in right.columns] + [quoted(k) for k, _ in keys]
+        keep += row_kind(self.builder, node_id)
         if hidden:
             keep.append(f"{quoted(str(time))} AS {quoted(f'__join{self._joins}_time' if clash else str(time))}")
         node_id = self.builder.select(node_id, keep, name="rename")
@@ -548,7 +558,7 @@ class QueryPlanner:
             node_id,
             self.builder.key_by(keys),
             calls,
-            name=f"aggregate ({into})",
+            name=self._keyed_name("aggregate", into),
             emit_changelog=self.builder.reads_unbounded([node_id]),  # a streaming GROUP BY emits a changelog (Flink)
         )
         if condition is not None:
@@ -599,7 +609,7 @@ class QueryPlanner:
         else:
             windowing = self.builder.windowing(node_id, keying, _assigner(function), 0, None)
         node_id = self.builder.window_aggregate(node_id, keying, windowing, calls)
-        self.builder.rename(node_id, f"{function.kind.lower()} window ({into})")
+        self.builder.rename(node_id, self._keyed_name(f"{function.kind.lower()} window", into))
         if condition is not None:
             node_id = self.builder.filter(node_id, spark_sql(condition), name=f"having ({into})")
         return self._project(node_id, rewritten, names, into), names
@@ -671,7 +681,7 @@ class QueryPlanner:
         node_id = self.builder.select(node_id, columns, name=f"select ({into})")
         try:
             node_id = self.builder.rank(node_id, self.builder.key_by(keys), order, top_n.limit,
-                                        _rank_column(top_n, names, at), name=f"top-n ({into})",
+                                        _rank_column(top_n, names, at), name=self._keyed_name("top-n", into),
                                         first=top_n.first)  # fmt: skip
         except PlanError as error:
             raise SqlError(f"ROW_NUMBER() OVER at {position(window)}: {error}") from None
@@ -709,7 +719,7 @@ class QueryPlanner:
             raise SqlError(f"OVER at {position(over.window)}: {refused}")
         try:
             node_id = self.builder.over(node_id, self.builder.key_by(keys), over.order.name, over.calls, over.frame,
-                                        name=f"over ({into})")  # fmt: skip
+                                        name=self._keyed_name("over", into))  # fmt: skip
         except PlanError as error:
             raise SqlError(f"OVER at {position(over.window)}: {error}") from None
         return self._project(node_id, expressions, names, into), names
@@ -779,7 +789,7 @@ class QueryPlanner:
         windowing = self.builder.windowing(node_id, keying, _assigner(function), 0, None)
         node_id = self.builder.window_rank(node_id, keying, windowing, order, top_n.limit,
                                            _rank_column(top_n, names, at),
-                                           name=f"{function.kind.lower()} window top-n ({into})",
+                                           name=self._keyed_name(f"{function.kind.lower()} window top-n", into),
                                            first=top_n.first)  # fmt: skip
         return self._numbered_columns(node_id, top_n, names, at, into)
 
