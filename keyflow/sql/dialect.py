@@ -5,6 +5,7 @@ does not parse — ``ROW<…>`` types, ``WATERMARK FOR … AS …`` and the wind
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from sqlglot import exp
@@ -58,6 +59,10 @@ def _window_function(kind: str) -> Any:
     return parse
 
 
+def _as_written(name: str) -> Callable[[list[exp.Expr]], exp.Expr]:
+    return lambda args: exp.Anonymous(this=name, expressions=args)
+
+
 class Flink(Spark):
     class Tokenizer(Spark.Tokenizer):
         # ROW<a INT> is STRUCT<a: INT>
@@ -81,6 +86,8 @@ class Flink(Spark):
             "REGEXP_EXTRACT": lambda args: exp.RegexpExtract(  # Flink's default group is 0, Spark's 1
                 this=args[0], expression=args[1], group=args[2] if len(args) > 2 else exp.Literal.number(0)
             ),
+            # as written: sqlglot's nodes would translate the pattern, fill in Spark's defaults or merge with LOCATE
+            **{name: _as_written(name) for name in ("DATE_FORMAT", "STR_TO_MAP", "INSTR")},
         }
         # SESSION(…) is a window function here
         FUNC_TOKENS: ClassVar[set[Any]] = {*SparkParser.FUNC_TOKENS, TokenType.SESSION}

@@ -11,8 +11,10 @@ from typing import Any
 
 from sqlglot import exp
 
+from keyflow.sql import date_formats, strings
 from keyflow.sql.dialect import Flink
 from keyflow.sql.errors import SqlError, position
+from keyflow.sql.templates import call, spark
 
 
 def spark_sql(expression: exp.Expr) -> str:
@@ -39,7 +41,9 @@ def _rewriter(node: exp.Expr) -> Callable[[Any], exp.Expr] | None:
     if isinstance(node, exp.RegexpExtract):
         return _regexp_extract
     if isinstance(node, exp.Anonymous):
-        return _BY_NAME.get(node.name.upper())
+        return _BY_NAME.get(node.name.upper()) or strings.BY_NAME.get(node.name.upper())
+    if type(node) in strings.BY_CLASS:
+        return strings.BY_CLASS[type(node)]
     if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
         return lambda filtered: _filtered(filtered.this, filtered.expression.this)
     return None
@@ -53,12 +57,49 @@ def _regexp_extract(node: exp.RegexpExtract) -> exp.Expr:
 
 def _split_index(node: exp.Anonymous) -> exp.Expr:
     """Flink's ``SPLIT_INDEX(s, separator, i)``: the i-th (from 0) piece of ``s`` split at the
-    literal ``separator``; NULL where there is none (Spark has no such function)."""
-    text, separator, index = (argument.copy() for argument in node.expressions)
-    quoted = _call("concat", exp.Literal.string("\\Q"), separator, exp.Literal.string("\\E"))
-    pieces = _call("split", text, quoted, exp.Literal.number(-1))
-    piece = _call("try_element_at", pieces, exp.Add(this=index.copy(), expression=exp.Literal.number(1)))
-    return exp.Case(ifs=[exp.If(this=exp.GTE(this=index, expression=exp.Literal.number(0)), true=piece)])
+    literal ``separator`` (an empty one: at each whitespace character, as commons-lang's
+    ``splitByWholeSeparatorPreserveAllTokens``); NULL where there is none, also for an empty
+    ``s`` (Spark has no such function)."""
+    text, separator, index = node.expressions
+    template = (
+        "CASE WHEN _i >= 0 AND _s != '' THEN try_element_at(split(_s, CASE WHEN _d = '' THEN "
+        "'\\\\p{javaWhitespace}' ELSE concat('\\\\Q', _d, '\\\\E') END, -1), _i + 1) END"
+    )
+    return spark(template, s=text, d=separator, i=index)
+
+
+def _date_format(node: exp.Anonymous) -> exp.Expr:
+    """Flink's ``DATE_FORMAT(ts, pattern)`` (``keyflow.sql.date_formats``); a pattern that is
+    not a literal is Spark's."""
+    return _formatted(node, string=False)
+
+
+def _string_date_format(node: exp.Anonymous) -> exp.Expr:
+    """``DATE_FORMAT`` of a STRING (marked so by :func:`mark_string_date_format`)."""
+    return _formatted(node, string=True)
+
+
+def _formatted(node: exp.Anonymous, string: bool) -> exp.Expr:
+    if len(node.expressions) != 2:
+        raise SqlError(f"DATE_FORMAT at {position(node)} takes a timestamp (or string) and a pattern")
+    value, pattern = node.expressions
+    string = string or (isinstance(value, exp.Literal) and value.is_string)
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        return call("date_format", value, pattern)
+    try:
+        if string:
+            return date_formats.formatted(
+                date_formats.string_timestamp(value), date_formats.string_pattern(pattern.name)
+            )
+        return date_formats.formatted(value, date_formats.timestamp_pattern(pattern.name))
+    except ValueError as error:
+        raise SqlError(f"DATE_FORMAT pattern {pattern.sql(dialect=Flink)} at {position(node)}: {error}") from None
+
+
+def mark_string_date_format(node: exp.Expr) -> None:
+    """Mark a ``DATE_FORMAT`` call whose first argument is a STRING (a typed pass knows it)."""
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "DATE_FORMAT":
+        node.set("this", _STRING_DATE_FORMAT)
 
 
 def _to_timestamp_ltz(node: exp.Anonymous) -> exp.Expr:
@@ -73,19 +114,17 @@ def _to_timestamp_ltz(node: exp.Anonymous) -> exp.Expr:
             f"TO_TIMESTAMP_LTZ(…, {precision.sql(dialect=Flink)}) at {position(node)}: keyflow takes the precision "
             "0 (seconds) or 3 (milliseconds)"
         )
-    return _call("timestamp_seconds" if precision.name == "0" else "timestamp_millis", epoch)
+    return call("timestamp_seconds" if precision.name == "0" else "timestamp_millis", epoch)
 
 
+_STRING_DATE_FORMAT = "__KEYFLOW_DATE_FORMAT_OF_STRING"
 _BY_NAME: dict[str, Callable[[Any], exp.Expr]] = {
-    "PROCTIME": lambda node: _call("current_timestamp"),  # a micro-batch's processing time
+    "PROCTIME": lambda node: call("current_timestamp"),  # a micro-batch's processing time
     "SPLIT_INDEX": _split_index,
     "TO_TIMESTAMP_LTZ": _to_timestamp_ltz,
+    "DATE_FORMAT": _date_format,
+    _STRING_DATE_FORMAT: _string_date_format,
 }
-
-
-def _call(name: str, *arguments: exp.Expr) -> exp.Expr:
-    """A Spark function call as written (sqlglot's own function nodes may reorder arguments)."""
-    return exp.Anonymous(this=name, expressions=list(arguments))
 
 
 def _filtered(call: exp.AggFunc, condition: exp.Expr) -> exp.Expr:

@@ -37,11 +37,11 @@ from keyflow.sql.tables import quoted, source_of
 from keyflow.sql.top_n import TopN, top_n_of
 from keyflow.sql.types import (
     Types,
-    integer_division,
     integer_type,
     node_types,
     over_argument_refusal,
     table_types,
+    typed_meanings,
 )
 
 AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
@@ -116,7 +116,7 @@ class QueryPlanner:
         resolve(query, relation)
         types = node_types(self.builder, relation.node, self.catalog.types)
         for tree in own_nodes(query):  # Flink's integer division where both sides are known integers
-            tree.replace(integer_division(tree.copy(), types))
+            tree.replace(typed_meanings(tree.copy(), types))
         _group_window(query, relation, self.builder)
         _refuse_group_windows(query)
         names = _output_names(written)
@@ -395,7 +395,7 @@ class QueryPlanner:
         if rest and not comma:
             condition = exp.and_(*rest)
             resolve_trees([condition], joined)
-            condition = integer_division(condition, node_types(self.builder, node_id, self.catalog.types))
+            condition = typed_meanings(condition, node_types(self.builder, node_id, self.catalog.types))
             node_id = self.builder.filter(node_id, spark_sql(condition), name=f"{label} condition")
             joined.node = node_id
         return joined
@@ -464,7 +464,7 @@ class QueryPlanner:
         trees = [expression.copy() for _, expression in keys]
         resolve_trees(trees, relation)
         types = node_types(self.builder, relation.node, self.catalog.types)
-        trees = [integer_division(tree, types) for tree in trees]
+        trees = [typed_meanings(tree, types) for tree in trees]
         columns = {name: spark_sql(tree) for (name, _), tree in zip(keys, trees, strict=True)}
         return self.builder.with_columns(relation.node, columns)
 

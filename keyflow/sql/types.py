@@ -1,4 +1,4 @@
-"""The SQL types keyflow knows before Spark starts, and Flink's integer division with them.
+"""The SQL types keyflow knows before Spark starts, and Flink's meanings that need them.
 
 Flink divides two integers as integers (``7 / 2`` is 3, truncated toward zero, typed as the
 wider operand); Spark's ``/`` always gives a DOUBLE. Where both operands are known to be
@@ -19,6 +19,7 @@ from sqlglot import exp
 from keyflow.plan import nodes
 from keyflow.plan.aggregates import parse_aggregations, parse_expression
 from keyflow.plan.builder import PlanBuilder
+from keyflow.sql.functions import mark_string_date_format
 from keyflow.sql.statements import DIALECT, CreateTable
 
 Types = dict[str, exp.DataType]  # column (lower case) -> its type
@@ -48,6 +49,8 @@ def infer(tree: exp.Expr, types: Mapping[str, exp.DataType], spark: bool = False
         return infer(tree.expressions[0], types, spark)
     if isinstance(tree, exp.Column) and not tree.table:
         return types.get(tree.name.lower())
+    if isinstance(tree, exp.Literal) and tree.is_string:
+        return exp.DataType.build("STRING")
     if isinstance(tree, exp.Literal) and not tree.is_string:
         text = str(tree.this)
         if text.isdigit() and int(text) < 2**63:  # larger: a DECIMAL in Calcite
@@ -82,11 +85,14 @@ def integer_type(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.DataT
     return kind if _integer(kind) else None
 
 
-def integer_division(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.Expr:
-    """``tree`` (changed in place) with each division of two integers written as Flink
-    computes it, innermost first (``a / 2 / 3`` divides the integer ``a / 2``)."""
+def typed_meanings(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.Expr:
+    """``tree`` (changed in place) with Flink's meanings that need the operands' types: each
+    division of two integers written as Flink computes it, innermost first (``a / 2 / 3``
+    divides the integer ``a / 2``), and each ``DATE_FORMAT`` of a STRING marked as such."""
     for child in list(tree.iter_expressions()):
-        child.replace(integer_division(child, types))
+        child.replace(typed_meanings(child, types))
+    if isinstance(tree, exp.Anonymous) and tree.expressions and _string(infer(tree.expressions[0], types)):
+        mark_string_date_format(tree)
     if not isinstance(tree, exp.Div):
         return tree
     left, right = infer(tree.this, types), infer(tree.expression, types)
@@ -159,7 +165,7 @@ def computed_columns(table: CreateTable) -> tuple[tuple[str, str], ...]:
     rewritten = []
     for name, expression in table.computed:
         tree = parse_expression(expression)
-        rewritten.append((name, expression if tree is None else integer_division(tree.copy(), types).sql("spark")))
+        rewritten.append((name, expression if tree is None else typed_meanings(tree.copy(), types).sql("spark")))
     return tuple(rewritten)
 
 
@@ -188,6 +194,10 @@ def _typed(expression: str, types: Types) -> exp.DataType | None:
     """An operator's expression (Spark SQL, evaluated by Spark) typed by Spark's rules."""
     tree = parse_expression(expression)
     return infer(tree, types, spark=True) if tree is not None else None
+
+
+def _string(kind: exp.DataType | None) -> bool:
+    return kind is not None and kind.this in exp.DataType.TEXT_TYPES
 
 
 def _integer(kind: exp.DataType | None) -> TypeGuard[exp.DataType]:

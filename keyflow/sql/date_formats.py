@@ -1,0 +1,113 @@
+"""Flink's ``DATE_FORMAT``, written as Spark's ``date_format`` with a checked pattern.
+
+Flink formats a TIMESTAMP with java.time's ``DateTimeFormatter`` (``DateTimeUtils.formatTimestamp``,
+a local date-time: no time zone), and a STRING, first parsed as ``yyyy-MM-dd HH:mm:ss`` in
+UTC (leniently: ``2026-02-30`` is March 2nd; NULL where it does not parse), with
+``SimpleDateFormat``, whose letters differ. Spark's ``date_format`` takes DateTimeFormatter's
+letters but refuses some. So a pattern written as a literal is translated, or refused with
+the letter named, before Spark starts. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from sqlglot import exp
+
+from keyflow.sql.templates import call, spark
+
+_TOKENS = re.compile(r"'(?:[^']|'')*'?|([A-Za-z])\1*|.", re.DOTALL)  # quoted text, a run of one letter, a character
+_SAME = "GyMLdDQqEaKkHhmsSF"  # DateTimeFormatter letters Spark's date_format formats alike
+_ZONES = "zZXxOVv"
+_WEEKS = "YwWec"
+_SIMPLE_SAME = "yMLdDHkKhms"  # SimpleDateFormat letters DateTimeFormatter formats alike (up to the caps below)
+_SIMPLE_CAPS = {"G": 1, "a": 1, "E": 4, "M": 4, "L": 4}
+
+
+def timestamp_pattern(pattern: str) -> str:
+    """``pattern`` (DateTimeFormatter's) as Spark's date_format formats a TIMESTAMP the way
+    Flink does; a ValueError naming a letter Flink fails on or Spark cannot format."""
+    out = []
+    for token in _tokens(pattern):
+        letter = token[0]
+        if not letter.isascii() or not letter.isalpha():
+            if letter in "#{}":
+                raise ValueError(f"{letter!r} is reserved in a DateTimeFormatter pattern (Flink fails on it); quote it")
+            out.append(token)
+        elif letter == "u":  # the proleptic year: Spark's `y` (which Spark reads as `u` itself)
+            out.append("y" * len(token))
+        elif letter in _ZONES:
+            raise ValueError(
+                f"{token!r}: Flink formats a TIMESTAMP as a local date-time, which has no time zone, so its job fails "
+                "on a zone letter; drop it, or write the zone as quoted text ('UTC')"
+            )
+        elif letter in _WEEKS:
+            raise ValueError(
+                f"{token!r}: week-based fields follow the JVM's locale in Flink, and Spark's date_format formats none; "
+                "use WEEK(ts) or DAYOFWEEK(ts) for ISO weeks and days"
+            )
+        elif letter not in _SAME or (letter == "S" and len(token) > 9):
+            raise ValueError(f"{token!r} is not a pattern letter both Flink's DateTimeFormatter and Spark format")
+        else:
+            out.append(token)
+    return "".join(out)
+
+
+def string_pattern(pattern: str) -> str:
+    """``pattern`` (SimpleDateFormat's, as Flink formats a parsed STRING: in UTC, without
+    fractions of a second) in DateTimeFormatter's letters for Spark's date_format."""
+    out = []
+    for token in _tokens(pattern):
+        letter, count = token[0], len(token)
+        if not letter.isascii() or not letter.isalpha():
+            out.append(token)
+        elif letter in _SIMPLE_SAME or letter in _SIMPLE_CAPS:
+            out.append(letter * min(count, _SIMPLE_CAPS.get(letter, count)))
+        elif letter == "S":  # milliseconds, always 0 here: the parse reads whole seconds
+            out.append(_quoted("0" * count))
+        elif letter in "zZX":  # the zone is UTC
+            out.append(
+                _quoted({"z": "UTC" if count < 4 else "Coordinated Universal Time", "Z": "+0000"}.get(letter, "Z"))
+            )
+        else:
+            raise ValueError(
+                f"{token!r} is not a SimpleDateFormat letter keyflow formats (Flink formats a STRING with "
+                "SimpleDateFormat; week-based letters and 'u' and 'F' are not supported)"
+            )
+    return "".join(out)
+
+
+def string_timestamp(value: exp.Expr) -> exp.Expr:
+    """``value`` (a STRING) read as Flink reads DATE_FORMAT's string: ``y-M-d H:m:s`` at its
+    start, fields rolled over as a lenient Calendar does, as a TIMESTAMP_NTZ (a wall clock,
+    formatted as is); NULL where it does not parse."""
+    # Spark may evaluate a CASE's repeated parts before its conditions, so each part is safe on any
+    # input: fields of at most 4 (year) or 6 digits, a year from 1 (else NULL), no overflow.
+    fields = [f"CAST(nullif(regexp_extract(_s, '{_STRING_PREFIX}', {group}), '') AS INT)" for group in range(1, 7)]
+    year, month, day, hour, minute, second = fields
+    month_start = f"unix_date(add_months(make_date(nullif({year}, 0), 1, 1), {month} - 1))"
+    seconds = f"(({month_start} + {day} - 1) * 86400L + {hour} * 3600L + {minute} * 60L + {second})"
+    date = f"date_add(DATE'1970-01-01', CAST(floor({seconds} / 86400) AS INT))"
+    rest = f"CAST(pmod({seconds}, 86400) AS INT)"
+    template = (
+        f"CASE WHEN year({date}) BETWEEN 1 AND 9999 THEN make_timestamp_ntz(year({date}), month({date}), "
+        f"day({date}), {rest} DIV 3600, ({rest} DIV 60) % 60, {rest} % 60) END"
+    )
+    return spark(template, s=value)
+
+
+def formatted(value: exp.Expr, pattern: str) -> exp.Expr:
+    return call("date_format", value, exp.Literal.string(pattern))
+
+
+_STRING_PREFIX = r"^([0-9]{1,4})-([0-9]{1,6})-([0-9]{1,6}) ([0-9]{1,6}):([0-9]{1,6}):([0-9]{1,6})"
+
+
+def _tokens(pattern: str) -> Iterator[str]:
+    for match in _TOKENS.finditer(pattern):
+        yield match.group(0)
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
