@@ -359,24 +359,6 @@ class IntervalJoinRows(JoinRows):
         super().__init__(sides, schema)
         self.interval = interval
 
-    @staticmethod
-    def _count_matches(
-        view: ListStateView, lengths: Positions, theirs: Positions, sign: int
-    ) -> tuple[Positions, Positions]:
-        """The match counts of a preserved input's stored rows (flat; ``lengths`` per key)
-        before and after each pair's stored row ``theirs[i]`` gains (or loses) one."""
-        before = np.asarray(pc.list_flatten(empty_if_null(view.get())).to_numpy(), dtype=np.int64)
-        after = before + sign * np.bincount(theirs, minlength=len(before))
-        view.update(per_key(pa.array(after), lengths))
-        return before, after
-
-    def _padded(
-        self, batch: KeyedBatch, lengths: Positions, side: int, stored: pa.Array, chosen: Positions, op: str
-    ) -> pa.Table:
-        """The other input's ``chosen`` stored rows (flat; ``lengths`` per key) padded with nulls."""
-        owners = np.repeat(np.arange(len(lengths)), lengths)[chosen]
-        return self._rows(batch.keys.take(pa.array(owners)), side, None, stored.take(pa.array(chosen)), op)
-
     def _matching(
         self, side: int, rows: pa.StructArray, stored: pa.Array, mine: Positions, theirs: Positions
     ) -> tuple[Positions, Positions]:
