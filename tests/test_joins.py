@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,8 +19,13 @@ from keyflow import Log, Pipeline, files, parquet, tumbling
 from keyflow.changelog import current
 from keyflow.connectors.streams import log
 from keyflow.errors import DataError, PlanError
+from keyflow.runtime.connected import INPUT, PACKED
+from keyflow.runtime.joins import ROW_KIND, ChangelogJoinRows, JoinRows, JoinSides
+from keyflow.runtime.workers import view_kind
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.inspect import describe_checkpoint
+from keyflow.state.keyed import KeyedBatch, KeyedState
+from keyflow.state.memory import KeyedStateStore
 from tests.streams import append, config, write_files
 
 ORDERS = pa.schema([("user", pa.string()), ("order_id", pa.int64()), ("amount", pa.int64())])
@@ -203,6 +209,40 @@ def test_streaming_joins_of_changelogs_equal_the_join_of_the_current_tables_afte
             job.stop()
     kinds = pq.read_table(tmp_path / "out" / "inner", columns=["op"]).column("op").to_pylist()
     assert kinds.count("-D") > 100  # updates and deletes retracted joined rows
+
+
+def test_a_changelog_join_retracts_before_it_adds_and_keeps_no_state_for_an_emptied_key() -> None:
+    """An update of a joined row is emitted as its old row's ``-D`` before its new row's
+    ``+I`` (an upsert sink by ``order_id`` would otherwise delete the new row); once every row
+    of a key is retracted, the key holds no state."""
+    orders = pa.struct([("order_id", pa.int64()), ("amount", pa.int64())])
+    visits = pa.struct([("visit", pa.int64())])
+    sides = JoinSides((True, False), (orders, visits), (("order_id", "amount"), ("visit",)), changelog=True)
+    schema = pa.schema([("user", pa.string()), ("order_id", pa.int64()), ("amount", pa.int64()),
+                        ("visit", pa.int64()), ("op", pa.string())])  # fmt: skip
+    join, store = ChangelogJoinRows(sides, schema), KeyedStateStore(JoinRows.state_of(sides))
+    kinds = {name: view_kind(descriptor) for name, descriptor in store.descriptors.items()}
+
+    def call(*rows: tuple[int, str, dict[str, int]]) -> list[tuple[Any, ...]]:
+        table = pa.table(
+            {"user": ["u1"] * len(rows), INPUT: pa.array([side for side, _, _ in rows], pa.int8()),
+             PACKED[0]: pa.array([row if side == 0 else None for side, _, row in rows], orders),
+             PACKED[1]: pa.array([row if side == 1 else None for side, _, row in rows], visits),
+             ROW_KIND: [kind for _, kind, _ in rows]}
+        )  # fmt: skip
+        batch = KeyedBatch.from_sorted(table, ("user",), np.zeros(table.num_rows, np.int32), 0)
+        out = join.process(batch, KeyedState(store, store.slots(batch.keys, batch.key_groups), kinds))
+        return [] if out is None else [tuple(row.values()) for row in out.to_pylist()]
+
+    assert call((0, "+I", {"order_id": 1, "amount": 10})) == [("u1", 1, 10, None, "+I")]
+    assert call((1, "+I", {"visit": 7})) == [("u1", 1, 10, None, "-D"), ("u1", 1, 10, 7, "+I")]
+    updated = call((0, "-U", {"order_id": 1, "amount": 10}), (0, "+U", {"order_id": 1, "amount": 20}))
+    assert updated == [("u1", 1, 10, 7, "-D"), ("u1", 1, 20, 7, "+I")]
+    again = call((0, "+U", {"order_id": 1, "amount": 30}), (0, "-U", {"order_id": 1, "amount": 30}))
+    assert again == []  # added and retracted in one call: nothing left to emit
+    gone = call((0, "-D", {"order_id": 1, "amount": 20}), (1, "-D", {"visit": 7}))
+    assert gone == [("u1", 1, 20, 7, "-D")]
+    assert len(store.live_slots()) == 0
 
 
 def _current_of(path: Path, how: str) -> pd.DataFrame:

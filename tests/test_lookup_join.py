@@ -91,6 +91,9 @@ def test_lookup_join_mistakes_are_plan_errors(tmp_path: Path) -> None:
     counted = table.key_by("uid").aggregate(n="count(*)")
     with pytest.raises(PlanError, match=r"the table \('aggregate'\) goes through aggregate 'aggregate'; a lookup"):
         stream.lookup_join(counted, on=[("user", "uid")])
+    upserts = p.source(log(str(tmp_path / "log"), changelog_mode="upsert", primary_key="order_id"), name="upserts")
+    with pytest.raises(PlanError, match=r"'normalize upserts' is a changelog \(rows with updates and deletes\); a "):
+        upserts.lookup_join(table, on=[("user", "uid")])
     numbers = p.source(datagen(rows=3, fields={"uid": sequence(), "label": sequence()}), name="numbers")
     stream.lookup_join(numbers, on=[("user", "uid")]).sink(parquet(tmp_path / "out"))
     with pytest.raises(PlanError, match=r"key 'user' of 'orders' is string but key 'uid' of 'numbers' is numeric"):

@@ -478,6 +478,19 @@ def test_sql_mistakes_are_one_clear_error(script: str, message: str) -> None:
         plan(script)
 
 
+def test_a_join_of_two_updating_tables_plans_as_a_changelog_join() -> None:
+    """Both inputs carry row kinds (``op``): not a column both have, but the join's own."""
+    pipeline = plan(
+        ORDERS.format(extra=", 'source.watch' = 'true'")
+        + "CREATE TABLE out (user_id STRING, n BIGINT, total DOUBLE, PRIMARY KEY (user_id) NOT ENFORCED) WITH "
+        "('connector' = 'filesystem', 'path' = '/tmp/out', 'format' = 'parquet');\n"
+        "INSERT INTO out SELECT a.user_id, a.n, b.total FROM (SELECT user_id, COUNT(*) AS n FROM orders GROUP BY "
+        "user_id) a JOIN (SELECT user_id, SUM(amount) AS total FROM orders GROUP BY user_id) b "
+        "ON a.user_id = b.user_id;"
+    )
+    assert "changelog_join" in pipeline.plan().render()
+
+
 def test_flink_meanings_apply_inside_other_calls_and_literals_are_flinks() -> None:
     def spark(text: str) -> str:
         return spark_sql(sqlglot.parse_one(f"SELECT {text}", read=Flink).expressions[0])

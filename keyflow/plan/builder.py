@@ -729,6 +729,12 @@ class PlanBuilder:
                 "again at every micro-batch, so only sources and stateless operators (select, filter, with_columns, "
                 "union, map_batches) may make it. Aggregate the table in a batch run first and look up its output"
             )
+        if self.is_changelog(inputs[0]):
+            raise PlanError(
+                f"{label}: {self._nodes[inputs[0]].name!r} is a changelog (rows with updates and deletes); a lookup "
+                "join enriches a stream of inserts: look the rows up before they are aggregated or ranked, or join "
+                "the changelog with join(...)"
+            )
         keys, other_keys = self._join_keys(inputs, on, label)
         return self._add(nodes.LookupJoinNode, inputs, label, None, keys=keys, other_keys=other_keys, how=how)
 

@@ -137,8 +137,9 @@ def _joined_columns(node: JoinNode | LookupJoinNode, left: Columns, right: Colum
 
 
 def join_clashes(other_keys: Sequence[str], left: Sequence[str], right: Sequence[str]) -> list[str]:
-    """Right columns besides its keys that the left input has too: the output would hold two."""
-    return [name for name in right if name not in other_keys and name in left]
+    """Right columns besides its keys that the left input has too: the output would hold two
+    (not ``op``: a join of two changelogs reads their row kinds and writes its own)."""
+    return [name for name in right if name not in other_keys and name in left and name != OP]
 
 
 def join_clash_message(name: str, clashes: list[str]) -> str:

@@ -184,8 +184,13 @@ class ChangelogJoinRows(JoinRows):
     pair with the other input's stored rows of their key, emit each pair as ``-D`` (an outer
     join: a preserved row losing its last match is emitted padded, a retracted preserved row
     without a match retracts its padded row), and remove one stored row equal to them, column
-    for column. Additions first, so a row retracted in the call that brought it is found; the
-    current table does not depend on the order (as Flink, the output's kinds are ``+I``/``-D``)."""
+    for column. Additions first, so a row retracted in the call that brought it is found. The
+    call's output is then netted per row, retractions first (:func:`net_changes`): ``-D`` and
+    ``+I`` rows (Flink's outer joins emit these too; its inner join forwards ``-U``/``+U``)."""
+
+    def process(self, batch: KeyedBatch, state: KeyedState) -> Any:
+        changes = super().process(batch, state)
+        return None if changes is None else net_changes(changes)
 
     def _arrivals(self, batch: KeyedBatch) -> Iterator[tuple[int, Positions, Arrive]]:
         tags = batch.data.column(INPUT).to_numpy()
@@ -231,6 +236,28 @@ class ChangelogJoinRows(JoinRows):
         if self.sides.preserved[side]:
             counts = pc.list_flatten(empty_if_null(state[MATCHES[side]].get()))
             state[MATCHES[side]].update(per_key(counts.filter(pa.array(~removed)), kept))
+        others = list_lengths(state[ROWS[1 - side]].get())
+        gone = np.flatnonzero((kept == 0) & (others == 0))
+        if len(gone):  # a key with no rows left keeps no state (its slot is freed at compaction)
+            emptied = state.of_keys(gone)
+            for name in self.state_of(self.sides):
+                emptied[name].clear()
+
+
+def net_changes(changes: pa.Table) -> pa.Table:
+    """A call's changes with each row's additions and retractions netted, the retractions
+    first: a sink keyed by a column the join does not change (an upsert sink) must see an
+    update's old row leave before its new row arrives, as Flink emits them."""
+    columns = [name for name in changes.column_names if name != OP]
+    sign = pc.if_else(pc.equal(changes.column(OP), DELETE), -1, 1)
+    net = changes.select(columns).append_column("__net", sign).group_by(columns, use_threads=False)
+    totals = net.aggregate([("__net", "sum")])
+    count = totals.column("__net_sum").to_numpy()
+    parts = []
+    for op, times in ((DELETE, np.maximum(-count, 0)), (INSERT, np.maximum(count, 0))):
+        rows = totals.select(columns).take(pa.array(np.repeat(np.arange(len(count)), times)))
+        parts.append(rows.append_column(OP, pa.repeat(pa.scalar(op, pa.string()), rows.num_rows)))
+    return pa.concat_tables(parts).cast(changes.schema)
 
 
 def per_key(values: pa.Array, lengths: Positions) -> pa.ListArray:
@@ -406,8 +433,7 @@ class IntervalJoinRows(JoinRows):
         expiry = self.interval.expiry(side, self.interval.times(flat))
         keep = expiry > watermark
         kept = np.bincount(owners[keep], minlength=len(slots))
-        offsets, empty = pa.array(np.r_[0, np.cumsum(kept)], pa.int32()), pa.array(kept == 0)
-        rows_view.update(pa.ListArray.from_arrays(offsets, flat.filter(pa.array(keep)), mask=empty))
+        rows_view.update(per_key(flat.filter(pa.array(keep)), kept))
         earliest = np.full(len(slots), END_OF_INPUT, dtype=np.int64)
         np.minimum.at(earliest, owners[keep], expiry[keep])
         ValueStateView(store, EXPIRY[side], slots).update(pa.array(earliest, pa.int64(), mask=kept == 0))
@@ -415,7 +441,7 @@ class IntervalJoinRows(JoinRows):
             return None
         counts_view = ListStateView(store, MATCHES[side], slots)
         counts = np.asarray(pc.list_flatten(empty_if_null(counts_view.get())).to_numpy(), dtype=np.int64)
-        counts_view.update(pa.ListArray.from_arrays(offsets, pa.array(counts[keep], pa.int64()), mask=empty))
+        counts_view.update(per_key(pa.array(counts[keep], pa.int64()), kept))
         unmatched = np.flatnonzero(~keep & (counts == 0))
         return (owners[unmatched], flat.take(pa.array(unmatched))) if len(unmatched) else None
 
