@@ -461,7 +461,7 @@ def test_functions_are_checked_when_registered() -> None:
 
 
 @pytest.mark.jvm
-def test_typed_meanings_has_flinks_meaning(tmp_path: Path) -> None:
+def test_integer_division_has_flinks_meaning(tmp_path: Path) -> None:
     """Flink divides integers as integers (truncated toward zero, typed as the wider side);
     a floating-point side keeps the division a DOUBLE; an AVG of integers is an integer too.
     Followed through a view, a derived table and an aggregate; the answers from pandas."""

@@ -497,7 +497,7 @@ def test_flink_meanings_apply_inside_other_calls_and_literals_are_flinks() -> No
 
     nested = spark("REGEXP_EXTRACT(SPLIT_INDEX(u, '/', 2), 'a(b)', 1)")
     assert "SPLIT_INDEX" not in nested
-    assert nested.startswith("CASE WHEN CASE WHEN 2 >= 0 AND u <> '' THEN TRY_ELEMENT_AT(")
+    assert nested.startswith("CASE WHEN CASE WHEN u IS NULL THEN NULL ELSE CASE WHEN 2 >= 0 AND u <> '' THEN ")
     assert spark("COUNT(x) FILTER (WHERE REGEXP_EXTRACT(u, 'a') IS NULL)") == (
         "COUNT(CASE WHEN CASE WHEN u RLIKE 'a' THEN REGEXP_EXTRACT(u, 'a', 0) END IS NULL THEN x END)"
     )

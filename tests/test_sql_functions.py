@@ -181,6 +181,8 @@ COLUMNS: dict[str, tuple[str, Callable[[tuple[Any, ...]], Any]]] = {
         lambda r: str_to_map(r[0], r[1], ":") if r[1] != "" else None,
     ),
     "split_index": ("SPLIT_INDEX(s, a, 1)", lambda r: split_index(r[0], r[1], 1)),
+    "split_code": ("SPLIT_INDEX(s, 44, 1)", lambda r: split_index(r[0], ",", 1)),  # 44 is ','
+    "initcap_nested": ("INITCAP(CONCAT(s, '-x y'))", lambda r: initcap(None if r[0] is None else r[0] + "-x y")),
     "is_digit": ("IS_DIGIT(s)", lambda r: every("Nd")(r[0])),
     "is_alpha": ("IS_ALPHA(s)", lambda r: every("L")(r[0])),
     "from_base64": (
@@ -200,6 +202,13 @@ COLUMNS: dict[str, tuple[str, Callable[[tuple[Any, ...]], Any]]] = {
             )
         )(r[5]),
     ),
+    "string_iso": (  # quoted text next to a field, and brackets (literal text to SimpleDateFormat)
+        "DATE_FORMAT(d, 'yyyy-MM-dd''T''HH:mm:ss.SSS''Z'' [D]')",
+        lambda r: _on_datetime(lambda t: f"{t.year:04d}-{t:%m-%dT%H:%M:%S}.000Z [{t.timetuple().tm_yday}]")(
+            lenient(r[6])
+        ),
+    ),
+    "computed": ("dy", lambda r: _on_datetime(lambda t: f"{t.year:04d}/{t:%m}")(lenient(r[6]))),  # a computed column
     "string_date": (  # SimpleDateFormat in UTC on the lenient parse: S is 0 (no fraction read), z is UTC
         "DATE_FORMAT(d, 'yyyyMMdd HH:mm:ss.SSS z Z')",
         lambda r: _on_datetime(lambda t: f"{t.year:04d}" + t.strftime("%m%d %H:%M:%S") + ".000 UTC +0000")(
@@ -222,7 +231,8 @@ def test_string_and_date_functions_give_flinks_answers(tmp_path: Path) -> None:
     pipeline = Pipeline(parallelism=1, config={**TEST_SPARK, "spark.sql.session.timeZone": "UTC"})
     columns = ", ".join(f"{name} {TYPES.get(name, 'STRING')}" for name in COLUMNS)
     pipeline.sql(
-        f"CREATE TABLE t (s STRING, a STRING, b STRING, p INT, l INT, ts TIMESTAMP(6), d STRING) WITH "
+        f"CREATE TABLE t (s STRING, a STRING, b STRING, p INT, l INT, ts TIMESTAMP(6), d STRING, "
+        f"dy AS DATE_FORMAT(d, 'yyyy/MM')) WITH "
         f"('connector' = 'filesystem', 'path' = '{tmp_path / 'in'}', 'format' = 'parquet');\n"
         f"CREATE TABLE out (s STRING, a STRING, b STRING, p INT, l INT, {columns}) WITH ('connector' = "
         f"'filesystem', 'path' = '{tmp_path / 'out'}', 'format' = 'parquet');\n"
@@ -254,10 +264,16 @@ def _plain(value: Any) -> Any:
     [
         ("DATE_FORMAT(ts, 'YYYY-ww')", r"DATE_FORMAT pattern 'YYYY-ww' at line 2, column \d+: 'YYYY': week-based"),
         ("DATE_FORMAT(ts, 'HH:mm z')", r"'z': Flink formats a TIMESTAMP as a local date-time, which has no time zone"),
-        ("DATE_FORMAT(ts, 'nnn')", r"'nnn' is not a pattern letter both Flink's DateTimeFormatter and Spark format"),
+        ("DATE_FORMAT(ts, 'nnn')", r"'nnn' is not a pattern field both Flink's DateTimeFormatter and Spark format"),
         ("DATE_FORMAT(ts, 'yyyy#')", r"'#' is reserved in a DateTimeFormatter pattern"),
-        ("DATE_FORMAT(d, 'u')", r"'u' is not a SimpleDateFormat letter keyflow formats"),
-        ("DATE_FORMAT('2026-01-01 00:00:00', 'YYYY')", r"'YYYY' is not a SimpleDateFormat letter keyflow formats"),
+        ("DATE_FORMAT(ts, 'ddd')", r"'ddd' is not a pattern field both Flink's DateTimeFormatter and Spark format"),
+        ("DATE_FORMAT(ts, 'yyyy''')", r"a quote opens text it does not close; write a quote itself as ''"),
+        ("DATE_FORMAT(d, 'u')", r"'u' is not a SimpleDateFormat field keyflow formats"),
+        ("DATE_FORMAT(d, 'HHH')", r"'HHH' is not a SimpleDateFormat field keyflow formats"),
+        ("DATE_FORMAT('2026-01-01 00:00:00', 'YYYY')", r"'YYYY' is not a SimpleDateFormat field keyflow formats"),
+        ("REGEXP(s)", r"REGEXP\(…\) at line 2, column \d+ has 1 argument\(s\); write REGEXP\(s, regex\)"),
+        ("SPLIT_INDEX(s, ',')", r"SPLIT_INDEX\(…\) at line 2, column \d+ has 2 argument\(s\); write SPLIT_INDEX"),
+        ("STR_TO_MAP(s, ';')", r"has 2 argument\(s\); write STR_TO_MAP\(s\) or STR_TO_MAP\(s, pair_delimiter, "),
         ("INSTR(s, 'a', 2)", r"INSTR\(…\) with a start position or occurrence at line 2, column \d+ is not supported"),
     ],
 )

@@ -17,12 +17,14 @@ from sqlglot import exp
 
 from keyflow.sql.templates import call, spark
 
-_TOKENS = re.compile(r"'(?:[^']|'')*'?|([A-Za-z])\1*|.", re.DOTALL)  # quoted text, a run of one letter, a character
+# quoted text, a lone quote (an error), a run of one letter, any other character
+_TOKENS = re.compile(r"'(?:[^']|'')*'|'|([A-Za-z])\1*|.", re.DOTALL)
 _SAME = "GyMLdDQqEaKkHhmsSF"  # DateTimeFormatter letters Spark's date_format formats alike
 _ZONES = "zZXxOVv"
 _WEEKS = "YwWec"
 _SIMPLE_SAME = "yMLdDHkKhms"  # SimpleDateFormat letters DateTimeFormatter formats alike (up to the caps below)
-_SIMPLE_CAPS = {"G": 1, "a": 1, "E": 4, "M": 4, "L": 4}
+_SIMPLE_CAPS = {"G": 1, "a": 1, "E": 4, "M": 4, "L": 4}  # SimpleDateFormat takes more letters to mean the same
+_WIDEST = {"d": 2, "H": 2, "h": 2, "k": 2, "K": 2, "m": 2, "s": 2, "D": 3}  # DateTimeFormatter's; SimpleDateFormat pads
 
 
 def timestamp_pattern(pattern: str) -> str:
@@ -47,8 +49,8 @@ def timestamp_pattern(pattern: str) -> str:
                 f"{token!r}: week-based fields follow the JVM's locale in Flink, and Spark's date_format formats none; "
                 "use WEEK(ts) or DAYOFWEEK(ts) for ISO weeks and days"
             )
-        elif letter not in _SAME or (letter == "S" and len(token) > 9):
-            raise ValueError(f"{token!r} is not a pattern letter both Flink's DateTimeFormatter and Spark format")
+        elif letter not in _SAME or len(token) > _WIDEST.get(letter, 9 if letter == "S" else len(token)):
+            raise ValueError(f"{token!r} is not a pattern field both Flink's DateTimeFormatter and Spark format")
         else:
             out.append(token)
     return "".join(out)
@@ -56,26 +58,31 @@ def timestamp_pattern(pattern: str) -> str:
 
 def string_pattern(pattern: str) -> str:
     """``pattern`` (SimpleDateFormat's, as Flink formats a parsed STRING: in UTC, without
-    fractions of a second) in DateTimeFormatter's letters for Spark's date_format."""
-    out = []
+    fractions of a second) in DateTimeFormatter's letters for Spark's date_format; a
+    ValueError naming a field keyflow does not format so."""
+    out: list[str] = []
+    text = ""  # literal text, quoted once where a field follows: adjacent quoted runs would read as one
     for token in _tokens(pattern):
         letter, count = token[0], len(token)
-        if not letter.isascii() or not letter.isalpha():
-            out.append(token)
-        elif letter in _SIMPLE_SAME or letter in _SIMPLE_CAPS:
-            out.append(letter * min(count, _SIMPLE_CAPS.get(letter, count)))
+        if letter == "'":
+            text += _unquoted(token)
+        elif not letter.isascii() or not letter.isalpha():
+            text += token  # SimpleDateFormat prints [ ] { } # as they are; DateTimeFormatter would not
         elif letter == "S":  # milliseconds, always 0 here: the parse reads whole seconds
-            out.append(_quoted("0" * count))
-        elif letter in "zZX":  # the zone is UTC
-            out.append(
-                _quoted({"z": "UTC" if count < 4 else "Coordinated Universal Time", "Z": "+0000"}.get(letter, "Z"))
-            )
+            text += "0" * count
+        elif letter in "zZ" or (letter == "X" and count <= 3):  # the zone is UTC
+            text += {"z": "UTC" if count < 4 else "Coordinated Universal Time", "Z": "+0000"}.get(letter, "Z")
+        elif (letter in _SIMPLE_SAME or letter in _SIMPLE_CAPS) and count <= _WIDEST.get(letter, count):
+            out += [_quoted(text)] if text else []
+            out.append(letter * min(count, _SIMPLE_CAPS.get(letter, count)))
+            text = ""
         else:
             raise ValueError(
-                f"{token!r} is not a SimpleDateFormat letter keyflow formats (Flink formats a STRING with "
-                "SimpleDateFormat; week-based letters and 'u' and 'F' are not supported)"
+                f"{token!r} is not a SimpleDateFormat field keyflow formats (Flink formats a STRING with "
+                "SimpleDateFormat; week-based letters, 'u', 'F', 'XXXX' and numbers padded beyond "
+                "DateTimeFormatter's widths, such as 'ddd', are not supported)"
             )
-    return "".join(out)
+    return "".join(out) + (_quoted(text) if text else "")
 
 
 def string_timestamp(value: exp.Expr) -> exp.Expr:
@@ -105,8 +112,16 @@ _STRING_PREFIX = r"^([0-9]{1,4})-([0-9]{1,6})-([0-9]{1,6}) ([0-9]{1,6}):([0-9]{1
 
 
 def _tokens(pattern: str) -> Iterator[str]:
+    """Quoted text, runs of one letter and other characters; a ValueError for an open quote."""
     for match in _TOKENS.finditer(pattern):
+        if match.group(0) == "'":
+            raise ValueError("a quote opens text it does not close; write a quote itself as ''")
         yield match.group(0)
+
+
+def _unquoted(token: str) -> str:
+    """The text a quoted token stands for (``''`` alone is a quote)."""
+    return "'" if token == "''" else token[1:-1].replace("''", "'")
 
 
 def _quoted(text: str) -> str:

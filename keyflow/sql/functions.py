@@ -14,7 +14,7 @@ from sqlglot import exp
 from keyflow.sql import date_formats, strings
 from keyflow.sql.dialect import Flink
 from keyflow.sql.errors import SqlError, position
-from keyflow.sql.templates import call, spark
+from keyflow.sql.templates import call
 
 
 def spark_sql(expression: exp.Expr) -> str:
@@ -55,19 +55,6 @@ def _regexp_extract(node: exp.RegexpExtract) -> exp.Expr:
     return exp.Case(ifs=[exp.If(this=exp.RegexpLike(this=text.copy(), expression=pattern.copy()), true=node)])
 
 
-def _split_index(node: exp.Anonymous) -> exp.Expr:
-    """Flink's ``SPLIT_INDEX(s, separator, i)``: the i-th (from 0) piece of ``s`` split at the
-    literal ``separator`` (an empty one: at each whitespace character, as commons-lang's
-    ``splitByWholeSeparatorPreserveAllTokens``); NULL where there is none, also for an empty
-    ``s`` (Spark has no such function)."""
-    text, separator, index = node.expressions
-    template = (
-        "CASE WHEN _i >= 0 AND _s != '' THEN try_element_at(split(_s, CASE WHEN _d = '' THEN "
-        "'\\\\p{javaWhitespace}' ELSE concat('\\\\Q', _d, '\\\\E') END, -1), _i + 1) END"
-    )
-    return spark(template, s=text, d=separator, i=index)
-
-
 def _date_format(node: exp.Anonymous) -> exp.Expr:
     """Flink's ``DATE_FORMAT(ts, pattern)`` (``keyflow.sql.date_formats``); a pattern that is
     not a literal is Spark's."""
@@ -80,9 +67,7 @@ def _string_date_format(node: exp.Anonymous) -> exp.Expr:
 
 
 def _formatted(node: exp.Anonymous, string: bool) -> exp.Expr:
-    if len(node.expressions) != 2:
-        raise SqlError(f"DATE_FORMAT at {position(node)} takes a timestamp (or string) and a pattern")
-    value, pattern = node.expressions
+    value, pattern = strings.arguments(node, (2,), "DATE_FORMAT(timestamp_or_string, 'pattern')")
     string = string or (isinstance(value, exp.Literal) and value.is_string)
     if not (isinstance(pattern, exp.Literal) and pattern.is_string):
         return call("date_format", value, pattern)
@@ -120,7 +105,6 @@ def _to_timestamp_ltz(node: exp.Anonymous) -> exp.Expr:
 _STRING_DATE_FORMAT = "__KEYFLOW_DATE_FORMAT_OF_STRING"
 _BY_NAME: dict[str, Callable[[Any], exp.Expr]] = {
     "PROCTIME": lambda node: call("current_timestamp"),  # a micro-batch's processing time
-    "SPLIT_INDEX": _split_index,
     "TO_TIMESTAMP_LTZ": _to_timestamp_ltz,
     "DATE_FORMAT": _date_format,
     _STRING_DATE_FORMAT: _string_date_format,

@@ -229,7 +229,7 @@ def _create_table(tree: exp.Create) -> CreateTable:
     name = tree.this.this.name
     where = f"table {name!r}"
     columns: list[ColumnDef] = []
-    computed: list[tuple[str, str]] = []
+    computed: list[tuple[str, exp.Expr]] = []
     watermark: Watermark | None = None
     primary_key: tuple[str, ...] = ()
     for item in tree.this.expressions:
@@ -238,7 +238,7 @@ def _create_table(tree: exp.Create) -> CreateTable:
                 raise SqlError(f"{where}: a second WATERMARK at {position(item)}; a table has one")
             watermark = _watermark(item, where)
         elif isinstance(item, exp.ColumnDef) and _computed(item) is not None:
-            computed.append((item.name, _computed_sql(item, where)))
+            computed.append((item.name, _computed(item).this))  # type: ignore[union-attr]
         elif isinstance(item, exp.ColumnDef):
             kind = item.args.get("kind")
             if kind is None:
@@ -293,8 +293,9 @@ def _create_table(tree: exp.Create) -> CreateTable:
     if watermark is not None and watermark.column.lower() in {column.lower() for column in proctime}:
         raise SqlError(f"{where}: WATERMARK FOR {watermark.column} declares event time on a PROCTIME() column; "
                        "declare it on a timestamp column of the data (processing time needs no watermark)")  # fmt: skip
+    computed_sql = tuple((column, _computed_sql(expression, columns)) for column, expression in computed)
     return CreateTable(
-        name, tuple(columns), primary_key, options, where, tuple(computed), watermark, proctime, partition_keys
+        name, tuple(columns), primary_key, options, where, computed_sql, watermark, proctime, partition_keys
     )
 
 
@@ -326,9 +327,13 @@ def _computed(item: exp.ColumnDef) -> exp.ComputedColumnConstraint | None:
     return None
 
 
-def _computed_sql(item: exp.ColumnDef, where: str) -> str:
-    """The Spark SQL of a computed column ``name AS expression`` (Flink's syntax)."""
-    return spark_sql(_computed(item).this)  # type: ignore[union-attr]
+def _computed_sql(expression: exp.Expr, columns: list[ColumnDef]) -> str:
+    """The Spark SQL of a computed column's ``expression`` (Flink's), with Flink's meanings
+    that need the table's declared column types (integer division, DATE_FORMAT of a STRING)."""
+    from keyflow.sql.types import declared, typed_meanings  # types reads CreateTable, declared here
+
+    types = {column.name.lower(): kind for column in columns if (kind := declared(column.type)) is not None}
+    return spark_sql(typed_meanings(expression.copy(), types))
 
 
 def is_proctime(expression: exp.Expr | None) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlglot import exp
 
 from keyflow.sql.errors import SqlError, position
-from keyflow.sql.templates import call, null_if_any_null, spark
+from keyflow.sql.templates import call, spark
 
 LOWER, UPPER = "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -24,9 +24,9 @@ def _substring(node: exp.Substring) -> exp.Expr:
     s, start, length = node.this, node.args["start"], node.args.get("length")
     before = "_p < 0 AND char_length(_s) + _p < 0"
     if length is None:
-        return null_if_any_null(spark(f"CASE WHEN {before} THEN '' ELSE substring(_s, _p) END", s=s, p=start), s, start)
+        return spark(f"CASE WHEN {before} THEN '' ELSE substring(_s, _p) END", strict=True, s=s, p=start)
     template = f"CASE WHEN _l < 0 THEN NULL WHEN {before} THEN '' ELSE substring(_s, _p, _l) END"
-    return null_if_any_null(spark(template, s=s, p=start, l=length), s, start, length)
+    return spark(template, strict=True, s=s, p=start, l=length)
 
 
 def _pad(node: exp.Pad) -> exp.Expr:
@@ -36,7 +36,7 @@ def _pad(node: exp.Pad) -> exp.Expr:
         return node
     function = "lpad" if node.args.get("is_left") else "rpad"
     template = f"CASE WHEN _n < 0 OR _f = '' THEN NULL ELSE {function}(_s, _n, _f) END"
-    return null_if_any_null(spark(template, s=s, n=length, f=pad), s, length, pad)
+    return spark(template, strict=True, s=s, n=length, f=pad)
 
 
 def _initcap(node: exp.Initcap) -> exp.Expr:
@@ -58,7 +58,7 @@ def _locate(node: exp.StrPosition) -> exp.Expr:
         return node
     needle, s = node.args["substr"], node.this
     template = "locate(_a, _s, CASE WHEN _p < 1 THEN 1 ELSE _p END)"
-    return null_if_any_null(spark(template, a=needle, s=s, p=start), needle, s, start)
+    return spark(template, strict=True, a=needle, s=s, p=start)
 
 
 def _replace(node: exp.Replace) -> exp.Expr:
@@ -67,8 +67,7 @@ def _replace(node: exp.Replace) -> exp.Expr:
     s, search, replacement = node.this, node.expression, node.args["replacement"]
     escaped = _literal_replacement(replacement)
     template = "CASE WHEN _a = '' THEN regexp_replace(_s, '', _e) ELSE replace(_s, _a, _b) END"
-    tree = spark(template, s=s, a=search, b=replacement, e=escaped)
-    return null_if_any_null(tree, s, search, replacement)
+    return spark(template, strict=True, s=s, a=search, b=replacement, e=escaped)
 
 
 def _regexp_replace(node: exp.RegexpReplace) -> exp.Expr:
@@ -82,8 +81,8 @@ def _regexp_replace(node: exp.RegexpReplace) -> exp.Expr:
 def _regexp(node: exp.Anonymous) -> exp.Expr:
     """Flink's ``REGEXP(s, regex)``: whether the regex is found in ``s``; an empty regex is
     FALSE (Spark: TRUE)."""
-    s, regex = node.expressions
-    return null_if_any_null(spark("CASE WHEN _r = '' THEN false ELSE _s RLIKE _r END", s=s, r=regex), s, regex)
+    s, regex = arguments(node, (2,), "REGEXP(s, regex)")
+    return spark("CASE WHEN _r = '' THEN false ELSE _s RLIKE _r END", strict=True, s=s, r=regex)
 
 
 def _ascii(node: exp.Ascii) -> exp.Expr:
@@ -104,31 +103,40 @@ def _overlay(node: exp.Overlay) -> exp.Expr:
         "CASE WHEN _p <= 0 OR _p > char_length(_s) THEN _s WHEN _l <= 0 THEN concat(substring(_s, 1, _p - 1), _r) "
         "ELSE overlay(_s PLACING _r FROM _p FOR _l) END"
     )
-    tree = spark(template, s=s, r=replacement, p=start, l=length)
-    return null_if_any_null(tree, s, replacement, start, length)
+    return spark(template, strict=True, s=s, r=replacement, p=start, l=length)
 
 
 def _str_to_map(node: exp.Anonymous) -> exp.Expr:
     """Flink's ``STR_TO_MAP(s[, pairs, pair])``: delimiters ``,`` and ``=`` (Spark's default
     pair delimiter is ``:``), both regular expressions; empty entries at the end dropped and
     an empty string an empty map, as Java's ``split`` (Spark: a ``''`` key)."""
-    s, pairs, pair = (*node.expressions, exp.Literal.string(","), exp.Literal.string("="))[:3]
+    given = arguments(node, (1, 3), "STR_TO_MAP(s) or STR_TO_MAP(s, pair_delimiter, key_value_delimiter)")
+    s, pairs, pair = (*given, exp.Literal.string(","), exp.Literal.string("="))[:3]
     # Spark may evaluate a CASE's repeated parts before its conditions: the regex must be valid for '' too
-    trimmed = spark(
-        "regexp_replace(_s, concat('(?:', CASE WHEN _d = '' THEN '\\\\z.' ELSE _d END, ')+$'), '')", s=s, d=pairs
+    template = (
+        r"CASE WHEN regexp_replace(_s, concat('(?:', CASE WHEN _d = '' THEN '\\z.' ELSE _d END, ')+\\z'), '') = '' "
+        r"THEN CAST(map() AS MAP<STRING, STRING>) ELSE str_to_map(regexp_replace(_s, concat('(?:', CASE WHEN _d = '' "
+        r"THEN '\\z.' ELSE _d END, ')+\\z'), ''), _d, _k) END"
     )
-    template = "CASE WHEN _t = '' THEN CAST(map() AS MAP<STRING, STRING>) ELSE str_to_map(_t, _d, _k) END"
-    return null_if_any_null(spark(template, t=trimmed, d=pairs, k=pair), s, pairs, pair)
+    return spark(template, strict=True, s=s, d=pairs, k=pair)
 
 
 def _instr(node: exp.Anonymous) -> exp.Expr:
     """Flink's two-argument ``INSTR`` is Spark's; its start position and occurrence are not."""
-    if len(node.expressions) != 2:
+    if len(node.expressions) > 2:
         raise SqlError(
             f"INSTR(…) with a start position or occurrence at {position(node)} is not supported; use "
             "INSTR(s, sub), or LOCATE(sub, s, start)"
         )
-    return call("instr", *node.expressions)
+    return call("instr", *arguments(node, (2,), "INSTR(s, sub)"))
+
+
+def arguments(node: exp.Anonymous, counts: tuple[int, ...], form: str) -> list[exp.Expr]:
+    """The call's arguments, or a SqlError naming the form Flink takes."""
+    if len(node.expressions) not in counts:
+        given = len(node.expressions)
+        raise SqlError(f"{node.name.upper()}(…) at {position(node)} has {given} argument(s); write {form}")
+    return list(node.expressions)
 
 
 def _literal_replacement(replacement: exp.Expr) -> exp.Expr:
@@ -136,16 +144,34 @@ def _literal_replacement(replacement: exp.Expr) -> exp.Expr:
     return call("regexp_replace", replacement.copy(), exp.Literal.string(r"([\\$])"), exp.Literal.string(r"\\$1"))
 
 
+def _split_index(node: exp.Anonymous) -> exp.Expr:
+    """Flink's ``SPLIT_INDEX(s, separator, i)``: the i-th (from 0) piece of ``s`` split at the
+    literal ``separator`` (an empty one: at each whitespace character, as commons-lang's
+    ``splitByWholeSeparatorPreserveAllTokens``; a number: the character of that code, 1 to
+    255); NULL where there is none, also for an empty ``s`` (Spark has no such function)."""
+    s, separator, index = arguments(node, (3,), "SPLIT_INDEX(s, separator, index)")
+    if isinstance(separator, exp.Literal) and not separator.is_string:
+        code = separator
+        separator = spark("CASE WHEN _c BETWEEN 1 AND 255 THEN chr(_c) END", c=code)
+    template = (  # the separator quoted as Java's Pattern.quote does, \E inside it too
+        r"CASE WHEN _i >= 0 AND _s != '' THEN try_element_at(split(_s, CASE WHEN _d = '' THEN "
+        r"'\\p{javaWhitespace}' ELSE concat('\\Q', replace(_d, '\\E', '\\E\\\\E\\Q'), '\\E') END, -1), _i + 1) END"
+    )
+    return spark(template, strict=True, s=s, d=separator, i=index)
+
+
 def _is_digit(node: exp.Anonymous) -> exp.Expr:
     """Flink's ``IS_DIGIT(s)``: every character a digit (Java's ``Character.isDigit``), not
     empty; FALSE for NULL."""
-    return spark(r"coalesce(_s RLIKE '^\\p{Nd}+\\z', false)", s=node.expressions[0])
+    (s,) = arguments(node, (1,), "IS_DIGIT(s)")
+    return spark(r"coalesce(_s RLIKE '^\\p{Nd}+\\z', false)", s=s)
 
 
 def _is_alpha(node: exp.Anonymous) -> exp.Expr:
     """Flink's ``IS_ALPHA(s)``: every character a letter (``Character.isLetter``), not empty;
     FALSE for NULL."""
-    return spark(r"coalesce(_s RLIKE '^\\p{L}+\\z', false)", s=node.expressions[0])
+    (s,) = arguments(node, (1,), "IS_ALPHA(s)")
+    return spark(r"coalesce(_s RLIKE '^\\p{L}+\\z', false)", s=s)
 
 
 def _from_base64(node: exp.FromBase64) -> exp.Expr:
@@ -166,6 +192,7 @@ BY_CLASS: dict[type[exp.Expr], Callable[[Any], exp.Expr]] = {
 }
 BY_NAME: dict[str, Callable[[Any], exp.Expr]] = {
     "REGEXP": _regexp,
+    "SPLIT_INDEX": _split_index,
     "STR_TO_MAP": _str_to_map,
     "INSTR": _instr,
     "IS_DIGIT": _is_digit,

@@ -44,9 +44,8 @@ def source_of(table: CreateTable) -> Source:
     if not table.computed:
         return source
     from keyflow.connectors.computed import ComputedColumns
-    from keyflow.sql.types import computed_columns
 
-    return ComputedColumns(source, computed_columns(table))
+    return ComputedColumns(source, table.computed)
 
 
 def _source(table: CreateTable) -> Source:

@@ -105,7 +105,7 @@ def typed_meanings(tree: exp.Expr, types: Mapping[str, exp.DataType]) -> exp.Exp
 def table_types(table: CreateTable) -> Types:
     """A table's declared column types and those of its computed columns keyflow can tell."""
     types = _physical_types(table)
-    for name, expression in computed_columns(table):
+    for name, expression in table.computed:
         kind = _typed(expression, types)
         if kind is not None:
             types[name.lower()] = kind
@@ -157,16 +157,6 @@ def _selected(expressions: tuple[str, ...], upstream: Types) -> Types:
         elif isinstance(tree, exp.Column) and tree.name.lower() in upstream:
             types[tree.name.lower()] = upstream[tree.name.lower()]
     return types
-
-
-def computed_columns(table: CreateTable) -> tuple[tuple[str, str], ...]:
-    """A table's computed columns (Spark SQL) with Flink's integer division of its declared columns."""
-    types = _physical_types(table)
-    rewritten = []
-    for name, expression in table.computed:
-        tree = parse_expression(expression)
-        rewritten.append((name, expression if tree is None else typed_meanings(tree.copy(), types).sql("spark")))
-    return tuple(rewritten)
 
 
 def over_argument_refusal(calls: Mapping[str, str], types: Types) -> str | None:
