@@ -74,6 +74,15 @@ WHERE rn <= 3;
 """
 
 
+WINDOW_TIMES = """
+CREATE TABLE window_times (user_id STRING, window_time TIMESTAMP(3), n BIGINT, late_by_a_second TIMESTAMP(3))
+  WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'parquet');
+INSERT INTO window_times SELECT user_id, window_time, COUNT(*), window_time + INTERVAL '1' SECOND
+  FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '10' MINUTE))
+  GROUP BY user_id, window_start, window_end, window_time HAVING window_time > window_start;
+"""
+
+
 def top_users(windows: pd.DataFrame) -> pd.DataFrame:
     """Flink's window Top-N over per-user window aggregates, in pandas: each window's three
     largest totals (ties by user), numbered."""
@@ -128,8 +137,22 @@ def test_cumulate_and_window_offsets_equal_python(tmp_path: Path) -> None:
     clicks = write_clicks(tmp_path / "clicks", files=1)
     pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "spark.sql.session.timeZone": "UTC"})
     pipeline.sql(script(tmp_path / "clicks", tmp_path / "out", "", list(WINDOWS))
-                 + TOP_USERS.format(path=tmp_path / "out" / "top_users"))  # fmt: skip
+                 + TOP_USERS.format(path=tmp_path / "out" / "top_users")
+                 + WINDOW_TIMES.format(path=tmp_path / "out" / "window_times"))  # fmt: skip
     pipeline.run()
+    # Flink's window_time: the window's end less a millisecond (here a plain timestamp)
+    tumbling = expected(clicks, ("tumble", 10, 10, 0))
+    want = tumbling.assign(window_time=tumbling["window_end"] - pd.Timedelta(milliseconds=1))
+    want = want.assign(late_by_a_second=want["window_time"] + pd.Timedelta(seconds=1))
+    columns = ["user_id", "window_time", "n", "late_by_a_second"]
+    got = read_output(tmp_path / "out" / "window_times")[columns].astype(
+        {"window_time": "M8[us]", "late_by_a_second": "M8[us]"}
+    )
+    got, want = (
+        got.sort_values(columns[:2], ignore_index=True),
+        want[columns].sort_values(columns[:2], ignore_index=True),
+    )
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
     for sink, (_, window) in WINDOWS.items():
         assert_windows(read_output(tmp_path / "out" / sink), expected(clicks, window))
     top = top_users(expected(clicks, ("tumble", 10, 10, 0)))

@@ -177,8 +177,8 @@ def test_window_deduplicate_keeping_the_last_row_takes_a_later_row_of_an_equal_t
          "FROM TABLE(SESSION(TABLE bids PARTITION BY user_id, DESCRIPTOR(ts), INTERVAL '1' MINUTE))) WHERE rn <= 2",
          r"over SESSION\(…\) at line \d+, column \d+: a window Top-N of session windows is not supported"),
         ("SELECT user_id, price, ts, window_start, window_time, 0 FROM TABLE({w})",
-         r"column window_time at line \d+, column \d+: keyflow's window table functions make window_start and "
-         r"window_end, not Flink's window_time; use window_end - INTERVAL '0.001' SECOND"),
+         r"column window_time at line \d+, column \d+: keyflow gives Flink's window_time \(window_end less a "
+         r"millisecond\) in a window aggregation's select list, GROUP BY and HAVING only"),
         ("SELECT * FROM (SELECT user_id, price, ts, window_start AS ws, window_end, ROW_NUMBER() OVER (PARTITION BY "
          "window_start, window_end ORDER BY price) AS rn FROM TABLE({w})) WHERE rn <= 2",
          r"window_start AS ws at line \d+, column \d+ renames window_start, which keyflow makes in the window Top-N"),

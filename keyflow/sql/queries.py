@@ -110,6 +110,8 @@ class QueryPlanner:
         relation = self.relation(source.this, into, query)
         for join in query.args.get("joins") or []:
             relation = self._joined(relation, join, query, into)
+        if relation.window is not None:
+            _window_time(query, relation)
         over = over_aggregates(query.expressions)
         _refuse_in_expressions(query, [*([top_n.window] if top_n else []), *over])
         written = expand_star([e.copy() for e in query.expressions], relation)
@@ -852,6 +854,31 @@ def _rank_columns(
 def row_kind(builder: PlanBuilder, node_id: int) -> list[str]:
     """``op``, where the rows of ``node_id`` carry row kinds."""
     return [OP] if builder.is_changelog(node_id) else []
+
+
+def _window_time(query: exp.Select, relation: Relation) -> None:
+    """Flink's ``window_time`` in a window aggregation's select list, GROUP BY and HAVING, as
+    what it is: ``window_end`` less a millisecond (not a time attribute here: a later window or
+    time-bounded join cannot use it). GROUP BY window_time adds no key."""
+    group = query.args.get("group")
+    keys = {k.name.lower() for k in (group.expressions if group else []) if isinstance(k, exp.Column)}
+    if not {nodes.WINDOW_START, nodes.WINDOW_END} <= keys or any(side.has("window_time") for side in relation.sides):
+        return  # not a window aggregation (scope names window_time where it is read), or a column of that name
+    group.set("expressions", [k for k in group.expressions if not _names_window_time(k)])
+    having = query.args.get("having")
+    for tree in [*query.expressions, *([having] if having is not None else [])]:
+        for column in [c for c in tree.find_all(exp.Column) if _names_window_time(c)]:
+            end = exp.column(nodes.WINDOW_END, table=column.table or None)
+            time = exp.Sub(this=end, expression=exp.Interval(this=exp.Literal.string("0.001"), unit=exp.var("SECOND")))
+            replaced = exp.alias_(time, "window_time") if column is tree else exp.paren(time)
+            if column is tree:
+                query.set("expressions", [replaced if e is tree else e for e in query.expressions])
+            else:
+                column.replace(replaced)
+
+
+def _names_window_time(tree: exp.Expr) -> bool:
+    return isinstance(tree, exp.Column) and tree.name.lower() == "window_time"
 
 
 def _assigner(function: WindowTableFunction) -> WindowAssigner:

@@ -99,9 +99,10 @@ def _found(column: exp.Column, relation: Relation) -> str | None:
         return side.names[name.lower()]
     having = [side for side in relation.sides if side.has(name)]
     if not having and name.lower() == "window_time" and relation.window is not None:
-        raise SqlError(f"column window_time at {position(column)}: keyflow's window table functions make "
-                       "window_start and window_end, not Flink's window_time; use window_end - INTERVAL '0.001' "
-                       "SECOND in the query that reads the windows")  # fmt: skip
+        raise SqlError(f"column window_time at {position(column)}: keyflow gives Flink's window_time (window_end "
+                       "less a millisecond) in a window aggregation's select list, GROUP BY and HAVING only; "
+                       "elsewhere write window_end - INTERVAL '0.001' SECOND in the query that reads the "
+                       "windows")  # fmt: skip
     if not having and all(side.names is not None for side in relation.sides):
         known = sorted({column for side in relation.sides for column in (side.names or {}).values()})
         raise SqlError(f"column {name!r} at {position(column)} is not a column of the tables read; they have "
