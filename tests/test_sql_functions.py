@@ -185,6 +185,11 @@ COLUMNS: dict[str, tuple[str, Callable[[tuple[Any, ...]], Any]]] = {
     "initcap_nested": ("INITCAP(CONCAT(s, '-x y'))", lambda r: initcap(None if r[0] is None else r[0] + "-x y")),
     "is_digit": ("IS_DIGIT(s)", lambda r: every("Nd")(r[0])),
     "is_alpha": ("IS_ALPHA(s)", lambda r: every("L")(r[0])),
+    "regexp_group": ("REGEXP_EXTRACT(s, '(l+)(o)', 3)", lambda r: None),  # no group 3: NULL (Flink catches the error)
+    "regexp_extract": (
+        "REGEXP_EXTRACT(s, '(l+)(o)', 2)",
+        lambda r: _nulls(lambda s: m.group(2) if (m := re.search("(l+)(o)", s)) else None)(r[0]),
+    ),
     "from_base64": (
         "CASE WHEN s = 'aGVsbG8=' THEN FROM_BASE64(s) END",
         lambda r: base64.b64decode(r[0]).decode() if r[0] == "aGVsbG8=" else None,

@@ -6,6 +6,7 @@ handing it to Spark (docs/sql.md lists each difference). Pure: sqlglot trees in 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -50,9 +51,24 @@ def _rewriter(node: exp.Expr) -> Callable[[Any], exp.Expr] | None:
 
 
 def _regexp_extract(node: exp.RegexpExtract) -> exp.Expr:
-    """Flink: NULL where the pattern does not match (Spark: ``''``)."""
-    text, pattern = node.this, node.expression
+    """Flink: NULL where the pattern does not match (Spark: ``''``), and NULL for a group the
+    pattern does not have (Spark fails the job), where both are literals."""
+    text, pattern, group = node.this, node.expression, node.args.get("group")
+    if _missing_group(pattern, group):
+        return exp.Cast(this=exp.Null(), to=exp.DataType.build("STRING"))
     return exp.Case(ifs=[exp.If(this=exp.RegexpLike(this=text.copy(), expression=pattern.copy()), true=node)])
+
+
+def _missing_group(pattern: exp.Expr, group: exp.Expr | None) -> bool:
+    """Whether a literal ``group`` index is outside a literal ``pattern``'s groups (counted by
+    Python's ``re``, which reads Java's group syntax alike; a pattern it cannot read: unknown)."""
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string and isinstance(group, exp.Literal)):
+        return False
+    try:
+        groups = re.compile(pattern.name).groups
+    except re.error:
+        return False
+    return not 0 <= int(group.name) <= groups
 
 
 def _date_format(node: exp.Anonymous) -> exp.Expr:

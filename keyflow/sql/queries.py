@@ -862,7 +862,11 @@ def _window_time(query: exp.Select, relation: Relation) -> None:
     time-bounded join cannot use it). GROUP BY window_time adds no key."""
     group = query.args.get("group")
     keys = {k.name.lower() for k in (group.expressions if group else []) if isinstance(k, exp.Column)}
-    if not {nodes.WINDOW_START, nodes.WINDOW_END} <= keys or any(side.has("window_time") for side in relation.sides):
+    if (
+        group is None
+        or not {nodes.WINDOW_START, nodes.WINDOW_END} <= keys
+        or any(side.has("window_time") for side in relation.sides)
+    ):
         return  # not a window aggregation (scope names window_time where it is read), or a column of that name
     group.set("expressions", [k for k in group.expressions if not _names_window_time(k)])
     having = query.args.get("having")
