@@ -442,13 +442,6 @@ def plan(script: str, **config: object) -> Pipeline:
             r"ROW_NUMBER\(\) OVER at line 2, column \d+ in a query with GROUP BY, aggregates or DISTINCT",
         ),
         (
-            ORDERS.format(extra=", 'source.watch' = 'true'") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER "
-            "(PARTITION BY n ORDER BY user_id) AS rn FROM (SELECT user_id, COUNT(*) AS n FROM orders GROUP BY "
-            "user_id)) WHERE rn <= 1;",
-            r"ROW_NUMBER\(\) OVER at line 2, column \d+ ranks rows that are updated or retracted \(a streaming "
-            r"GROUP BY, an outer join or a changelog table\)",
-        ),
-        (
             ORDERS.format(extra="") + "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY "
             "amount DESC) AS rn FROM orders) WHERE rn >= 1;",
             r"rn >= 1 at line 2, column \d+ keeps every row: keyflow's Top-N needs an upper bound, rn <= N",

@@ -14,8 +14,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from keyflow import Pipeline
+from keyflow import Log, Pipeline, parquet
 from keyflow.changelog import current
+from keyflow.connectors.streams import log
 from keyflow.errors import RestoreError
 from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan.descriptors import StateDescriptor
@@ -398,6 +399,83 @@ def test_a_full_join_of_a_top_n_and_a_group_by_streams_equal_duckdb(tmp_path: Pa
     got["user_id"] = got["user_id"].fillna(got["big_spender"])
     expected["user_id"] = expected["user_id"].fillna(expected["big_spender"])
     assert_same_rows(got, expected, ["user_id", "order_id"])
+
+
+@pytest.mark.jvm
+def test_a_top_n_of_a_streaming_group_by_refills_from_the_rows_below_and_equals_duckdb(tmp_path: Path) -> None:
+    """Flink's RetractableTopN: the top three users by a total that changes every micro-batch
+    (a streaming GROUP BY, an updating table); a user whose total drops leaves, and the next
+    one takes the place. With and without the row number; each output's current table equals
+    DuckDB's ROW_NUMBER over the final totals."""
+    orders = tmp_path / "orders"
+    write_orders(orders)
+    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "execution.checkpointing.interval": "0 s"})
+    ranked = (
+        "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY len ORDER BY total DESC, user_id) AS rn FROM "
+        "(SELECT user_id, LENGTH(user_id) AS len, SUM(amount) AS total FROM orders GROUP BY user_id)) WHERE rn <= 3"
+    )
+    pipeline.sql(
+        f"""
+        CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, ts TIMESTAMP(3))
+        WITH ('connector' = 'filesystem', 'path' = '{orders}', 'format' = 'parquet', 'source.watch' = 'true',
+              'source.max-files-per-batch' = '1');
+        CREATE TABLE numbered (user_id STRING, len INT, total DOUBLE, rn BIGINT)
+        WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "numbered"}', 'format' = 'parquet');
+        CREATE TABLE leaders (user_id STRING, total DOUBLE)
+        WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "leaders"}', 'format' = 'parquet');
+        INSERT INTO numbered {ranked};
+        INSERT INTO leaders SELECT user_id, total FROM ({ranked});
+        """
+    )
+    assert "retractable_rank" in pipeline.plan().render()
+    result = pipeline.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    assert len(result.batches) == 3
+    expected = duckdb.sql(ranked.replace("FROM orders", f"FROM '{orders}/*.parquet'")).df()
+    for sink, columns in (("numbered", ["user_id", "len", "total", "rn"]), ("leaders", ["user_id", "total"])):
+        written = read_output(tmp_path / sink)
+        assert (written["op"] == "-D").any(), sink  # a leader's total changed, or one left the top
+        got = current(pa.Table.from_pandas(written, preserve_index=False)).to_pandas()
+        want = expected[columns].sort_values(columns[:2], ignore_index=True)
+        pd.testing.assert_frame_equal(got.sort_values(columns[:2], ignore_index=True), want, check_dtype=False)
+        assert len(want) == 6  # two partitions (user ids of 2 and 3 characters), three each
+
+
+@pytest.mark.jvm
+def test_top_n_of_an_upsert_source_follows_its_updates_and_deletes(tmp_path: Path) -> None:
+    """The Python API: ``key_by(...).top_n`` of an upsert log (orders updated and deleted over
+    three micro-batches, with a restart between): each user's two largest current orders, as
+    pandas ranks the orders' latest versions."""
+    schema = pa.schema([("order_id", pa.int64()), ("user", pa.string()), ("amount", pa.int64())])
+    Log.create(tmp_path / "orders", 2, schema)
+    rng, history = np.random.default_rng(8), []
+    for _ in range(3):
+        ids = rng.integers(0, 120, 200)
+        deleted = rng.random(200) < 0.15
+        part = pd.DataFrame(
+            {
+                "order_id": ids,
+                "user": [f"u{n % 7}" for n in ids],
+                "amount": pd.Series(rng.integers(1, 1_000, 200)).astype("Int64").where(~deleted, None),
+            }
+        )
+        part["user"] = part["user"].where(~deleted, None)  # fmt: skip
+        Log(tmp_path / "orders").append(pa.Table.from_pandas(part, schema=schema, preserve_index=False), key="order_id")
+        history.append(part)
+        p = Pipeline(parallelism=2, config={**TEST_SPARK, "execution.checkpointing.interval": "0 s"})
+        source = p.source(log(str(tmp_path / "orders"), changelog_mode="upsert", primary_key="order_id"), uid="orders")
+        ranked = source.key_by("user").top_n(2, "amount DESC", "order_id", row_number="rn").uid("top")
+        ranked.sink(parquet(tmp_path / "out"), uid="out")
+        p.run(checkpoint=str(tmp_path / "ckpt"), available_now=True)
+    latest = pd.concat(history, ignore_index=True).groupby("order_id").tail(1).dropna(subset=["user"])
+    latest = latest.sort_values(["user", "amount", "order_id"], ascending=[True, False, True])
+    latest["rn"] = latest.groupby("user").cumcount() + 1
+    want = latest[latest["rn"] <= 2][["user", "order_id", "amount", "rn"]].astype({"amount": "int64"})
+    written = read_output(tmp_path / "out")
+    got = current(pa.Table.from_pandas(written, preserve_index=False)).to_pandas()[list(want.columns)]
+    by = ["user", "rn"]
+    pd.testing.assert_frame_equal(got.sort_values(by, ignore_index=True), want.sort_values(by, ignore_index=True),
+                                  check_dtype=False)  # fmt: skip
+    assert (written["op"] == "-D").any()  # leaders deleted or beaten, their places refilled from below
 
 
 @pytest.mark.jvm

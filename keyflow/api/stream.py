@@ -313,7 +313,9 @@ class KeyedStream:
         ascending puts nulls first, descending last): Flink's Top-N, SQL's ``ROW_NUMBER() …
         WHERE rn <= n``. ``row_number``: a column numbering the rows 1..n. Over an unbounded
         source the output is a changelog (a row pushed out of its key's top is retracted),
-        except keyed by a window aggregate's windows: each ranked once, when it ends."""
+        except keyed by a window aggregate's windows: each ranked once, when it ends. Of a
+        changelog (an upsert source, a join of changelogs), each key keeps every current row,
+        so a retracted row's place is taken by the next (Flink's RetractableTopN)."""
         order = [_ordering(item, name) for item in order_by]
         stream = self._stream
         node_id = stream._builder.rank(stream.node_id, self._keying, order, n, row_number, name=name)

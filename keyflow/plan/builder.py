@@ -309,6 +309,9 @@ class PlanBuilder:
         unbounded input the output is a changelog: rows leaving the top are retracted."""
         fields = self._rank_fields(input_id, order, limit, first, rank_column, name)
         window_end = self._ranked_windows(input_id, keying.keys)
+        if self.is_changelog(input_id) and window_end is None:  # every current row kept: a retracted one's
+            fields["time_ordered"] = False  # place is refilled; never a deduplication (Flink ranks it too)
+            return self._add(nodes.RetractableRankNode, (input_id,), name, None, **keying.fields(), **fields)
         return self._add(
             nodes.RankNode,
             (input_id,),
@@ -335,6 +338,11 @@ class PlanBuilder:
         a window table function: the first ``limit`` rows of each key and window by
         ``order``, emitted once the window ends, with ``window_start`` and ``window_end``."""
         fields = self._rank_fields(input_id, order, limit, first, rank_column, name)
+        if self.is_changelog(input_id):
+            raise PlanError(
+                f"{name}: its input {self.node(input_id).name!r} is a changelog (it updates or retracts rows); a "
+                "window Top-N ranks a window table function's rows, which are inserts"
+            )
         clash = {nodes.WINDOW_START, nodes.WINDOW_END} & set(output_columns(self._nodes, input_id, {}) or ())
         if clash:
             raise PlanError(f"{name}: its input has column(s) {sorted(clash)}, which the windows add; rename them")
@@ -360,12 +368,6 @@ class PlanBuilder:
             raise PlanError(f"{name}: the first row number to emit is {first!r}; give a whole number from 1 to {limit}")
         if rank_column is not None and not (isinstance(rank_column, str) and rank_column.strip()):
             raise PlanError(f"{name}: row_number={rank_column!r} must be a column name, e.g. 'rn', or None")
-        if self.is_changelog(input_id):
-            raise PlanError(
-                f"{name}: its input {self.node(input_id).name!r} is a changelog (it updates or retracts rows), and "
-                "keyflow's Top-N keeps only each key's first rows, so it cannot take a row back yet; rank an "
-                "insert-only input (e.g. before the aggregate or outer join)"
-            )
         event_time = event_time_at(self.operators, input_id)
         time_ordered = len(order) == 1 and event_time is not None and order[0][0].lower() == event_time.lower()
         return {"order": tuple(order), "limit": limit, "first": first, "rank_column": rank_column,

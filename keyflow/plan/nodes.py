@@ -410,6 +410,15 @@ class WindowTableRankNode(RankNode):
         return {**super().describe(), "windows": self.windowing.assigner.describe()}
 
 
+@dataclass(frozen=True, eq=False)
+class RetractableRankNode(RankNode):
+    """A Top-N of a changelog (Flink's RetractableTopNFunction): each key keeps every current
+    row, so a retracted row's place is taken by the next; the output is a changelog."""
+
+    changelog: bool = True
+    kind: ClassVar[str] = "retractable_rank"
+
+
 JOIN_TYPES = ("inner", "left", "right", "full")
 
 

@@ -26,6 +26,7 @@ from keyflow.plan.nodes import (
     OverNode,
     ProcessNode,
     RankNode,
+    RetractableRankNode,
     WindowAggregateNode,
     WindowJoinNode,
     WindowProcessNode,
@@ -246,6 +247,15 @@ class AppendOnlyTopN(Rank):
 
 
 @dataclass(frozen=True, eq=False)
+class RetractableTopN(Rank):
+    """Flink's RetractableTopNFunction: each key's current rows (a changelog's additions
+    stored, its retractions removing an equal row) and the first rows last emitted; a call
+    emits the difference of the old and new first rows, retractions first."""
+
+    layout: ClassVar[StateLayout] = StateLayout.ALL_ROWS
+
+
+@dataclass(frozen=True, eq=False)
 class WindowRank(Rank):
     """Flink's WindowRank: a Top-N keyed by a window aggregation's windows; each key (window
     included) keeps its first rows until the window ends, emits them then (insert-only) and
@@ -338,6 +348,8 @@ def lower_keyed(node: KeyedNode, stateful: bool) -> KeyedOperator:
         return RegularJoin(node)
     if isinstance(node, WindowTableRankNode):
         return WindowTableRank(node) if stateful else WindowTableRankBatch(node)
+    if isinstance(node, RetractableRankNode):
+        return RetractableTopN(node)
     if isinstance(node, RankNode):
         if node.window_end is not None and stateful:
             return WindowRank(node)

@@ -20,6 +20,7 @@ class StateLayout(StrEnum):
     WINDOWS = "windows"  # one slot per key and window: its merged partials and when it fires
     SESSIONS = "sessions"  # per key: its open sessions' bounds and partials, merged as rows bridge them
     TOP_ROWS = "top_rows"  # per key: its first rows in the Top-N's order
+    ALL_ROWS = "all_rows"  # per key: every current row of a changelog, and the first ones emitted
     OVER_ROWS = "over_rows"  # per key: rows waiting for the watermark, and what the frame still needs
 
 

@@ -23,9 +23,10 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keyflow.changelog import DELETE, INSERT, OP, UPDATE_AFTER, UPDATE_BEFORE
+from keyflow.changelog import DELETE, INSERT, OP, RETRACTIONS, UPDATE_AFTER, UPDATE_BEFORE
 from keyflow.plan.descriptors import ListState, StateDescriptor, ValueState
 from keyflow.runtime.keyed_function import KeyedFunction
+from keyflow.runtime.row_changes import equal_rows_to_remove, net_changes, per_key
 from keyflow.state.keyed import KeyedBatch, KeyedState, ListStateView, empty_if_null, list_lengths, positions_within
 from keyflow.state.memory import KeyedStateStore
 from keyflow.state.timers import TaskTime, window_fires_at
@@ -151,6 +152,56 @@ class TopNRows(KeyedFunction):
             columns[self.shape.rank_column] = pa.array(ranks + 1, pa.int64())
         columns[OP] = pa.array(ops.astype(object) if len(ops) else [], pa.string())
         return pa.table(columns)
+
+
+ALL = "__all_rows"  # a Top-N of a changelog: each key's current rows
+
+
+class RetractableTopNRows(TopNRows):
+    """Flink's RetractableTopNFunction, vectorised per call: each key keeps every current row
+    (additions stored, a retraction removing one equal row) and the first rows it last
+    emitted; a call ranks each of its keys' current rows and emits the difference from what
+    it last emitted, netted per row with retractions first (``-D``/``+I``, with row numbers
+    where the query keeps them; Flink updates a rank with ``-U``/``+U``: the same table)."""
+
+    @staticmethod
+    def state_of(shape: RankShape) -> dict[str, StateDescriptor]:
+        return {ALL: ListState(shape.row_type), TOP: ListState(shape.row_type)}
+
+    def process(self, batch: KeyedBatch, state: KeyedState) -> pa.Table | None:
+        shape = self.shape
+        arriving = pa.StructArray.from_arrays(
+            [batch.data.column(f.name).combine_chunks().cast(f.type) for f in shape.row_type],
+            fields=list(shape.row_type),
+        )
+        retracting = pc.is_in(batch.data.column(OP), value_set=pa.array(RETRACTIONS)).to_numpy(zero_copy_only=False)
+        stored = empty_if_null(state[ALL].get())
+        added = np.flatnonzero(~retracting)
+        rows = pa.concat_arrays([pc.list_flatten(stored).cast(shape.row_type), arriving.take(pa.array(added))])
+        owners = np.r_[
+            np.repeat(np.arange(batch.num_keys, dtype=np.int64), list_lengths(stored)), batch.key_index[added]
+        ]
+        retracted = np.flatnonzero(retracting)
+        if len(retracted):
+            removed = equal_rows_to_remove(rows, owners, arriving.take(pa.array(retracted)), batch.key_index[retracted])
+            rows, owners = rows.filter(pa.array(~removed)), owners[~removed]
+        by_key = np.argsort(owners, kind="stable")
+        state[ALL].update(per_key(rows.take(pa.array(by_key)), np.bincount(owners, minlength=batch.num_keys)))
+        ranked, ranks = self._ranked(rows, owners)
+        top, top_ranks = ranked[ranks < shape.limit], ranks[ranks < shape.limit]
+        before = empty_if_null(state[TOP].get())
+        before_lengths = list_lengths(before)
+        before_rows, before_ranks = pc.list_flatten(before).cast(shape.row_type), positions_within(before_lengths)
+        state[TOP].update(per_key(rows.take(pa.array(top)), np.bincount(owners[top], minlength=batch.num_keys)))
+        shown, was_shown = top_ranks >= shape.first - 1, before_ranks >= shape.first - 1
+        changes = [
+            self._rows(
+                before_rows, np.flatnonzero(was_shown), before_ranks[was_shown], np.full(int(was_shown.sum()), DELETE)
+            ),
+            self._rows(rows, top[shown], top_ranks[shown], np.full(int(shown.sum()), INSERT)),
+        ]
+        net = net_changes(pa.concat_tables(changes))
+        return net if net.num_rows else None
 
 
 WINDOW_ENDS = "__window_ends"  # a window Top-N's key (its partition holds the window): when the window ends

@@ -44,7 +44,6 @@ from keyflow.runtime.joins import (
     JoinSides,
     WindowJoinRows,
     expiry_state,
-    ungroupable_fields,
     window_state,
 )
 from keyflow.runtime.keyed_function import KeyedFunction
@@ -59,7 +58,8 @@ from keyflow.runtime.operators import (
 )
 from keyflow.runtime.over import TIME as OVER_TIME
 from keyflow.runtime.over import OverRows, argument_column, over_batch, partial_fields, result_type
-from keyflow.runtime.ranks import RankShape, TopNRows, WindowTopNRows
+from keyflow.runtime.ranks import RankShape, RetractableTopNRows, TopNRows, WindowTopNRows
+from keyflow.runtime.row_changes import ungroupable_fields
 from keyflow.runtime.window_assign import EVENT_MICROS, event_micros, field_micros, split_late, with_windows
 from keyflow.runtime.windows import (
     END_MICROS,
@@ -608,6 +608,20 @@ def _top_n(operator: physical.AppendOnlyTopN, frame: DataFrame, context: KeyedCo
     return context.run(exchanged, TopNRows(shape, output), output, shape.state(), ())
 
 
+def _retractable_top_n(operator: physical.RetractableTopN, frame: DataFrame, context: KeyedContext) -> DataFrame:
+    """Streaming, of a changelog: each key's current rows and the first ones emitted in state."""
+    shape, output = _rank_shape(operator, frame.drop(OP))
+    nested = ungroupable_fields(shape.row_type)
+    if nested:
+        raise PlanError(
+            f"operator {operator.node.name!r}: its input's columns {nested} are lists or maps, which a Top-N of a "
+            "changelog cannot match a retraction against; drop them or cast them to strings before the Top-N"
+        )
+    output = output.append(pa.field(OP, pa.string()))
+    exchanged = context.exchange(frame.drop(KEY_GROUP_COLUMN), keep_key_group=True)
+    return context.run(exchanged, RetractableTopNRows(shape, output), output, RetractableTopNRows.state_of(shape), ())
+
+
 def _window_top_n(operator: physical.WindowRank, frame: DataFrame, context: KeyedContext) -> DataFrame:
     """Streaming per window: each key's (window's) first rows in state, emitted when it ends."""
     node = operator.node
@@ -703,6 +717,7 @@ TRANSLATORS: dict[type[physical.KeyedOperator], Callable[[Any, DataFrame, KeyedC
     physical.Rank: _rank,
     physical.AppendOnlyTopN: _top_n,
     physical.Deduplicate: _top_n,
+    physical.RetractableTopN: _retractable_top_n,
     physical.WindowRank: _window_top_n,
     physical.WindowTableRankBatch: _window_table_rank_batch,
     physical.WindowTableRank: _window_table_top_n,

@@ -655,12 +655,6 @@ class QueryPlanner:
                 "Top-N, keyed by the partition"
             )
         _no_frame(window)
-        if self.builder.is_changelog(node_id):
-            raise SqlError(
-                f"ROW_NUMBER() OVER at {position(window)} ranks rows that are updated or retracted (a streaming GROUP "
-                "BY, an outer join or a changelog table); keyflow's Top-N ranks insert-only rows yet: rank the rows "
-                "before they are aggregated or joined"
-            )
         column_of, hidden = _rank_columns(listed)
 
         proctime = self._proctime_columns(node_id)
@@ -680,7 +674,7 @@ class QueryPlanner:
                 )
         columns = [f"{spark_sql(e.unalias())} AS {quoted(n)}" for e, n in listed]
         columns += [f"{spark_sql(tree)} AS {quoted(name)}" for name, tree in hidden.items()]
-        node_id = self.builder.select(node_id, columns, name=f"select ({into})")
+        node_id = self.builder.select(node_id, [*columns, *row_kind(self.builder, node_id)], name=f"select ({into})")
         try:
             node_id = self.builder.rank(node_id, self.builder.key_by(keys), order, top_n.limit,
                                         _rank_column(top_n, names, at), name=self._keyed_name("top-n", into),
