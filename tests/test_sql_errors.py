@@ -461,6 +461,16 @@ def plan(script: str, **config: object) -> Pipeline:
             r"outer join, or a changelog table\); a time-bounded \(interval or window\) join takes tables of inserts",
         ),
         (
+            CLICKS + "SELECT MAX(window_time) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) "
+            "GROUP BY window_start, window_end;",
+            r"window_time at line 2, column \d+ inside an aggregate, a FILTER or a GROUP BY expression",
+        ),
+        (
+            CLICKS + "SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) "
+            "GROUP BY window_start, window_end, HOUR(window_time);",
+            r"window_time at line 2, column \d+ inside an aggregate, a FILTER or a GROUP BY expression",
+        ),
+        (
             "EXECUTE STATEMENT SET BEGIN " + ORDERS.format(extra="") + "END;",
             r"a statement set \(EXECUTE STATEMENT SET BEGIN … END\) holds only INSERT INTO statements",
         ),

@@ -186,6 +186,7 @@ COLUMNS: dict[str, tuple[str, Callable[[tuple[Any, ...]], Any]]] = {
     "is_digit": ("IS_DIGIT(s)", lambda r: every("Nd")(r[0])),
     "is_alpha": ("IS_ALPHA(s)", lambda r: every("L")(r[0])),
     "regexp_group": ("REGEXP_EXTRACT(s, '(l+)(o)', 3)", lambda r: None),  # no group 3: NULL (Flink catches the error)
+    "regexp_negative": ("REGEXP_EXTRACT(s, '(l+)(o)', -1)", lambda r: None),
     "regexp_extract": (
         "REGEXP_EXTRACT(s, '(l+)(o)', 2)",
         lambda r: _nulls(lambda s: m.group(2) if (m := re.search("(l+)(o)", s)) else None)(r[0]),

@@ -79,7 +79,7 @@ CREATE TABLE window_times (user_id STRING, window_time TIMESTAMP(3), n BIGINT, l
   WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'parquet');
 INSERT INTO window_times SELECT user_id, window_time, COUNT(*), window_time + INTERVAL '1' SECOND
   FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '10' MINUTE))
-  GROUP BY user_id, window_start, window_end, window_time HAVING window_time > window_start;
+  GROUP BY user_id, window_start, window_end, window_time HAVING window_time > TIMESTAMP '2026-05-04 10:15:00';
 """
 
 
@@ -144,6 +144,7 @@ def test_cumulate_and_window_offsets_equal_python(tmp_path: Path) -> None:
     tumbling = expected(clicks, ("tumble", 10, 10, 0))
     want = tumbling.assign(window_time=tumbling["window_end"] - pd.Timedelta(milliseconds=1))
     want = want.assign(late_by_a_second=want["window_time"] + pd.Timedelta(seconds=1))
+    want = want[want["window_time"] > pd.Timestamp("2026-05-04 10:15:00")]  # HAVING drops the first window
     columns = ["user_id", "window_time", "n", "late_by_a_second"]
     got = read_output(tmp_path / "out" / "window_times")[columns].astype(
         {"window_time": "M8[us]", "late_by_a_second": "M8[us]"}

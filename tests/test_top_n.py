@@ -22,7 +22,8 @@ from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.plan.descriptors import StateDescriptor
 from keyflow.plan.graph import JobGraph
 from keyflow.plan.nodes import RankNode
-from keyflow.plan.restore import check_restorable
+from keyflow.plan.restore import WORDS, check_restorable
+from keyflow.plan.state_schema import StateLayout
 from keyflow.runtime.ranks import RankShape, TopNRows
 from keyflow.runtime.workers import KeyedRunner, KeyedTask
 from keyflow.state.durable import MemoryState
@@ -233,6 +234,20 @@ def test_top_n_and_deduplication_stream_over_micro_batches_equal_duckdb(tmp_path
     assert_same_rows(firsts, expected_firsts, ["user_id"])
 
 
+def assert_replays(directory: Path) -> None:
+    """The changelog's micro-batches replayed in order retract only rows they hold: after
+    every micro-batch no row has been retracted more often than added."""
+    files = sorted(path for path in directory.glob("part-*") if path.is_file())
+    batches = sorted({path.name.split("-")[1] for path in files})
+    held: Counter[tuple[Any, ...]] = Counter()
+    for batch in batches:
+        rows = pd.concat([pd.read_parquet(path) for path in files if path.name.split("-")[1] == batch])
+        for row in rows.astype(object).itertuples(index=False):
+            values = tuple(None if v != v else v for v in row[:-1])  # NaN as None; op last
+            held[values] += -1 if row[-1] in ("-D", "-U") else 1
+        assert min(held.values(), default=0) >= 0, f"{directory.name}: batch {batch} retracts a row it does not hold"
+
+
 def assert_same_rows(got: pd.DataFrame, expected: pd.DataFrame, by: list[str]) -> None:
     assert len(expected) > 20
     got = got.sort_values(by, ignore_index=True)
@@ -265,6 +280,8 @@ def test_a_top_n_restores_only_with_its_order_and_number_of_rows() -> None:
         check_restorable(saved, graph(5), None, False, "ckpt")
     with pytest.raises(RestoreError, match=r"it now keeps \{'rows': 'the first 3 rows by amount ASC'\}"):
         check_restorable(saved, graph(3, "amount"), None, False, "ckpt")
+    # a restore error names any two layouts in words (a Top-N of a changelog keeps every row: all_rows)
+    assert {layout.value for layout in StateLayout} <= set(WORDS)
 
 
 ORDERS_TABLE = (
@@ -434,6 +451,7 @@ def test_a_top_n_of_a_streaming_group_by_refills_from_the_rows_below_and_equals_
     for sink, columns in (("numbered", ["user_id", "len", "total", "rn"]), ("leaders", ["user_id", "total"])):
         written = read_output(tmp_path / sink)
         assert (written["op"] == "-D").any(), sink  # a leader's total changed, or one left the top
+        assert_replays(tmp_path / sink)
         got = current(pa.Table.from_pandas(written, preserve_index=False)).to_pandas()
         want = expected[columns].sort_values(columns[:2], ignore_index=True)
         pd.testing.assert_frame_equal(got.sort_values(columns[:2], ignore_index=True), want, check_dtype=False)
@@ -476,6 +494,7 @@ def test_top_n_of_an_upsert_source_follows_its_updates_and_deletes(tmp_path: Pat
     pd.testing.assert_frame_equal(got.sort_values(by, ignore_index=True), want.sort_values(by, ignore_index=True),
                                   check_dtype=False)  # fmt: skip
     assert (written["op"] == "-D").any()  # leaders deleted or beaten, their places refilled from below
+    assert_replays(tmp_path / "out")
 
 
 @pytest.mark.jvm

@@ -187,6 +187,10 @@ def test_window_deduplicate_keeping_the_last_row_takes_a_later_row_of_an_equal_t
          "COUNT(*) AS n, window_start, window_end FROM TABLE(TUMBLE(TABLE timed, DESCRIPTOR(p), INTERVAL '1' "
          "MINUTE)) GROUP BY user_id, window_start, window_end)) WHERE rn <= 2",
          r"a Top-N of the windows of '.*', which are by processing time, is not supported \(nor is it in Flink\)"),
+        ("SELECT user_id, 0, CAST(NULL AS TIMESTAMP(3)), window_start, window_time, COUNT(*) FROM TABLE(TUMBLE(TABLE "
+         "timed, DESCRIPTOR(p), INTERVAL '1' MINUTE)) GROUP BY user_id, window_start, window_end",
+         r"window_time at line \d+, column \d+ of processing-time windows is, in Flink, the time each window is "
+         r"emitted at; keyflow does not give it: select window_end"),
         ("SELECT L.user_id, L.price, L.ts, L.window_start, L.window_end, 0 FROM (SELECT * FROM TABLE(TUMBLE(TABLE "
          "timed, DESCRIPTOR(p), INTERVAL '1' MINUTE))) L JOIN (SELECT * FROM TABLE(TUMBLE(TABLE timed, DESCRIPTOR(p), "
          "INTERVAL '1' MINUTE))) R ON L.user_id = R.user_id AND L.window_start = R.window_start AND L.window_end = "

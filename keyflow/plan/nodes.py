@@ -325,9 +325,10 @@ class RankNode(KeyedNode):
     ``rownum <= limit``): the first ``limit`` rows of each key by ``order`` ((column,
     descending) pairs; ascending puts nulls first, descending last, as Flink). With
     ``rank_column`` each row carries its row number under that name. ``changelog``: the input
-    is unbounded, so the output retracts rows that leave the top (``-D``, or ``-U`` where a
-    rank's row changes). ``time_ordered``: ordered by the event-time column alone, which with
-    a limit of 1 and no rank column is Flink's deduplication (a later row of an equal time
+    is unbounded (or a changelog: :class:`RetractableRankNode`), so the output retracts rows
+    that leave the top (``-D``, or ``-U`` where a rank's row changes). ``time_ordered``:
+    ordered by the event-time column alone, which with a limit of 1 and no rank column is
+    Flink's deduplication (a later row of an equal time
     replaces the kept one when descending: keep the last row). ``window_end``: the partition
     holds the windows of a window aggregation (Flink's window Top-N): each window's rows are
     ranked once it ends, insert-only, and its state is then dropped."""

@@ -254,6 +254,10 @@ class RetractableTopN(Rank):
 
     layout: ClassVar[StateLayout] = StateLayout.ALL_ROWS
 
+    def contents(self) -> tuple[tuple[str, str], ...]:
+        order = ", ".join(f"{column} {'DESC' if descending else 'ASC'}" for column, descending in self.node.order)
+        return (("rows", f"every current row, and the first {self.node.limit} emitted, by {order}"),)
+
 
 @dataclass(frozen=True, eq=False)
 class WindowRank(Rank):

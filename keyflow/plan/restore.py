@@ -71,7 +71,10 @@ def _same_name(saved: dict[str, Operator], operator: Operator) -> Operator | Non
     return found[0] if len(found) == 1 else None
 
 
-_WORDS = {"partials": "merged partials", "running": "running partials", "retracting": "retractable values",
+# State layouts and key-group sources, in the words of restore errors.
+WORDS = {"partials": "merged partials", "running": "running partials", "retracting": "retractable values",
+          "windows": "per-window partials", "sessions": "open sessions", "top_rows": "each key's first rows",
+          "all_rows": "each key's current rows", "over_rows": "rows waiting for the watermark",
           "hash": "the key hash", "splits": "a pre-keyed source's splits"}  # fmt: skip
 
 
@@ -88,10 +91,10 @@ def _changes(saved: Operator, current: Operator) -> list[str]:
     if dict(old.contents) != dict(new.contents):  # state is stored by name: order does not matter
         changes.append(f"it now keeps {dict(new.contents)}, the checkpoint {dict(old.contents)}")
     if old.layout != new.layout:
-        changes.append(f"it now keeps its state as {_WORDS[new.layout]}, the checkpoint as {_WORDS[old.layout]}")
+        changes.append(f"it now keeps its state as {WORDS[new.layout]}, the checkpoint as {WORDS[old.layout]}")
     if old.key_groups != new.key_groups:
         changes.append(
-            f"it now takes its key groups from {_WORDS[new.key_groups]}, the checkpoint from {_WORDS[old.key_groups]}"
+            f"it now takes its key groups from {WORDS[new.key_groups]}, the checkpoint from {WORDS[old.key_groups]}"
         )
     if old.version != new.version:
         changes.append(f"its state layout is now version {new.version}, the checkpoint's {old.version}")

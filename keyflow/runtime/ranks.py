@@ -9,8 +9,10 @@ where the latest row wins (deduplication keeping the last row, Flink's
 output is the difference, as Flink emits it: a row pushed out is retracted (``-D``) and a
 row that entered is added (``+I``); with row numbers every rank whose row changed is
 updated (``-U`` old, ``+U`` new) and a rank filled for the first time inserted; a
-deduplication replaces its row with ``-U``/``+U``. The input is insert-only (the builder
-refuses a changelog), so a row that left the top never comes back.
+deduplication replaces its row with ``-U``/``+U``. For an insert-only input a row that left
+the top never comes back; a changelog's Top-N (:class:`RetractableTopNRows`) keeps every
+current row instead, and re-ranks each key it receives whole (its cost grows with the rows
+of a key, where Flink's sorted map touches a few).
 """
 
 from __future__ import annotations
@@ -74,10 +76,7 @@ class TopNRows(KeyedFunction):
         stored = empty_if_null(view.get())
         lengths = list_lengths(stored)
         old_rows = pc.list_flatten(stored)
-        arriving = pa.StructArray.from_arrays(
-            [batch.data.column(f.name).combine_chunks().cast(f.type) for f in shape.row_type],
-            fields=list(shape.row_type),
-        )
+        arriving = self._arriving(batch)
         rows = pa.concat_arrays([old_rows.cast(shape.row_type), arriving])
         owners = np.r_[np.repeat(np.arange(batch.num_keys, dtype=np.int64), lengths), batch.key_index]
         ranked, ranks = self._ranked(rows, owners)
@@ -86,6 +85,12 @@ class TopNRows(KeyedFunction):
         offsets = pa.array(np.r_[0, np.cumsum(kept_lengths)], pa.int32())
         view.update(pa.ListArray.from_arrays(offsets, rows.take(pa.array(kept))))
         return rows, owners, lengths, kept, ranks[ranks < shape.limit]
+
+    def _arriving(self, batch: KeyedBatch) -> pa.StructArray:
+        """The call's rows as structs of the kept columns."""
+        row_type = self.shape.row_type
+        columns = [batch.data.column(f.name).combine_chunks().cast(f.type) for f in row_type]
+        return pa.StructArray.from_arrays(columns, fields=list(row_type))
 
     def _ranked(self, rows: pa.StructArray, owners: Positions) -> tuple[Positions, Positions]:
         """The rows' positions sorted by key, order and arrival, and each one's rank (from 0) in its key."""
@@ -169,11 +174,7 @@ class RetractableTopNRows(TopNRows):
         return {ALL: ListState(shape.row_type), TOP: ListState(shape.row_type)}
 
     def process(self, batch: KeyedBatch, state: KeyedState) -> pa.Table | None:
-        shape = self.shape
-        arriving = pa.StructArray.from_arrays(
-            [batch.data.column(f.name).combine_chunks().cast(f.type) for f in shape.row_type],
-            fields=list(shape.row_type),
-        )
+        shape, arriving = self.shape, self._arriving(batch)
         retracting = pc.is_in(batch.data.column(OP), value_set=pa.array(RETRACTIONS)).to_numpy(zero_copy_only=False)
         stored = empty_if_null(state[ALL].get())
         added = np.flatnonzero(~retracting)

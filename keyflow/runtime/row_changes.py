@@ -17,8 +17,8 @@ Positions = npt.NDArray[np.int64]
 
 def net_changes(changes: pa.Table) -> pa.Table:
     """A call's changes with each row's additions and retractions netted, the retractions
-    first: a sink keyed by a column the join does not change (an upsert sink) must see an
-    update's old row leave before its new row arrives, as Flink emits them."""
+    first: a sink keyed by a column an update does not change (an upsert sink) must see the
+    old row leave before the new one arrives, as Flink emits them."""
     columns = [name for name in changes.column_names if name != OP]
     sign = pc.if_else(pc.equal(changes.column(OP), DELETE), -1, 1)
     net = changes.select(columns).append_column("__net", sign).group_by(columns, use_threads=False)

@@ -62,13 +62,17 @@ def _regexp_extract(node: exp.RegexpExtract) -> exp.Expr:
 def _missing_group(pattern: exp.Expr, group: exp.Expr | None) -> bool:
     """Whether a literal ``group`` index is outside a literal ``pattern``'s groups (counted by
     Python's ``re``, which reads Java's group syntax alike; a pattern it cannot read: unknown)."""
-    if not (isinstance(pattern, exp.Literal) and pattern.is_string and isinstance(group, exp.Literal)):
+    negative = isinstance(group, exp.Neg)
+    index = group.this if isinstance(group, exp.Neg) else group
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string and isinstance(index, exp.Literal)):
         return False
+    if not index.name.isdigit():
+        return False  # not a whole number: Spark's error stands
     try:
         groups = re.compile(pattern.name).groups
     except re.error:
         return False
-    return not 0 <= int(group.name) <= groups
+    return negative or int(index.name) > groups
 
 
 def _date_format(node: exp.Anonymous) -> exp.Expr:

@@ -111,7 +111,8 @@ class QueryPlanner:
         for join in query.args.get("joins") or []:
             relation = self._joined(relation, join, query, into)
         if relation.window is not None:
-            _window_time(query, relation)
+            time = relation.window.args["time"].name.lower()
+            _window_time(query, relation, by_processing_time=time in self._proctime_columns(relation.node))
         over = over_aggregates(query.expressions)
         _refuse_in_expressions(query, [*([top_n.window] if top_n else []), *over])
         written = expand_star([e.copy() for e in query.expressions], relation)
@@ -850,7 +851,7 @@ def row_kind(builder: PlanBuilder, node_id: int) -> list[str]:
     return [OP] if builder.is_changelog(node_id) else []
 
 
-def _window_time(query: exp.Select, relation: Relation) -> None:
+def _window_time(query: exp.Select, relation: Relation, by_processing_time: bool) -> None:
     """Flink's ``window_time`` in a window aggregation's select list, GROUP BY and HAVING, as
     what it is: ``window_end`` less a millisecond (not a time attribute here: a later window or
     time-bounded join cannot use it). GROUP BY window_time adds no key."""
@@ -864,6 +865,15 @@ def _window_time(query: exp.Select, relation: Relation) -> None:
         return  # not a window aggregation (scope names window_time where it is read), or a column of that name
     group.set("expressions", [k for k in group.expressions if not _names_window_time(k)])
     having = query.args.get("having")
+    for tree in [*query.expressions, *group.expressions, *([having] if having is not None else [])]:
+        for column in [c for c in tree.find_all(exp.Column) if _names_window_time(c)]:
+            if by_processing_time:
+                raise SqlError(f"window_time at {position(column)} of processing-time windows is, in Flink, the time "
+                               "each window is emitted at; keyflow does not give it: select window_end")  # fmt: skip
+            if column.find_ancestor(exp.AggFunc, exp.Filter) is not None or column.find_ancestor(exp.Group):
+                raise SqlError(f"window_time at {position(column)} inside an aggregate, a FILTER or a GROUP BY "
+                               "expression is not supported; keyflow makes it from window_end after the windows are "
+                               "aggregated: compute with it in the select list or an outer query")  # fmt: skip
     for tree in [*query.expressions, *([having] if having is not None else [])]:
         for column in [c for c in tree.find_all(exp.Column) if _names_window_time(c)]:
             end = exp.column(nodes.WINDOW_END, table=column.table or None)
