@@ -47,31 +47,36 @@ def visits(rows: int, first_user: int, users: int, start: int, seed: int) -> pd.
     return pd.DataFrame({"uid": users_of, "visit": np.arange(start, start + rows)})
 
 
-def expected(left: pd.DataFrame, right: pd.DataFrame, how: str) -> pd.DataFrame:
+COLUMNS = ("user", "order_id", "amount", "visit")
+
+
+def expected(left: pd.DataFrame, right: pd.DataFrame, how: str, columns: tuple[str, ...] = COLUMNS) -> pd.DataFrame:
     """pandas' join, keys named as the left input's (a right-only row keeps its key)."""
     joined = left.merge(right, left_on="user", right_on="uid", how="outer" if how == "full" else how)
     joined["user"] = joined["user"].fillna(joined["uid"])
-    return tidy(joined[["user", "order_id", "amount", "visit"]])
+    return tidy(joined[list(columns)])
 
 
 def tidy(frame: pd.DataFrame) -> pd.DataFrame:
-    frame = frame.astype({"order_id": "Int64", "amount": "Int64", "visit": "Int64"})
+    frame = frame.astype({c: "Int64" for c in ("order_id", "amount", "visit", "pages") if c in frame.columns})
     return frame.sort_values(["user", "order_id", "visit"]).reset_index(drop=True)
 
 
-def output(path: Path, how: str) -> pd.DataFrame:
+def output(path: Path, how: str, columns: tuple[str, ...] = COLUMNS) -> pd.DataFrame:
+    """A join's output files as its current table (a changelog's: after checking no row is
+    retracted more often than it was added)."""
     files_ = sorted(p for p in path.glob("part-*") if p.is_file())
     rows = pa.concat_tables([pq.read_table(f) for f in files_]) if files_ else None
     if rows is None:
-        return tidy(pd.DataFrame({c: [] for c in ("user", "order_id", "amount", "visit")}))
-    if how != "inner":
+        return tidy(pd.DataFrame({c: [] for c in columns}))
+    if "op" in rows.column_names:
         assert set(rows.column("op").to_pylist()) <= {"+I", "-D"}
         changes = rows.to_pandas()
         signed = changes.assign(n=np.where(changes.op == "-D", -1, 1)).drop(columns="op")
         net = signed.groupby([c for c in signed.columns if c != "n"], dropna=False).n.sum()
         assert (net >= 0).all(), f"{how}: a row retracted more often than emitted: {net[net < 0]}"
         rows = current(rows)
-    return tidy(rows.to_pandas())
+    return tidy(rows.to_pandas()[list(columns)])
 
 
 def joins(p: Pipeline, left: object, right: object, out: Path) -> None:
@@ -197,13 +202,10 @@ def test_streaming_joins_of_changelogs_equal_the_join_of_the_current_tables_afte
             job.process_all_available()
             now_orders, now_visits = latest(seen_orders, "order_id", "user"), latest(seen_visits, "visit", "uid")
             for how in HOW:
-                want = now_orders.merge(
-                    now_visits, left_on="user", right_on="uid", how="outer" if how == "full" else how
-                )
-                want["user"] = want["user"].fillna(want["uid"])
-                columns = ["user", "order_id", "amount", "visit", "pages"]
-                got = _current_of(tmp_path / "out" / how, how)
-                pd.testing.assert_frame_equal(_tidy(got[columns]), _tidy(want[columns]), obj=f"{how} after {number}")
+                columns = (*COLUMNS, "pages")
+                want = expected(now_orders, now_visits, how, columns)
+                got = output(tmp_path / "out" / how, how, columns)
+                pd.testing.assert_frame_equal(got, want, obj=f"{how} after {number}")
     finally:
         if job is not None:
             job.stop()
@@ -243,22 +245,6 @@ def test_a_changelog_join_retracts_before_it_adds_and_keeps_no_state_for_an_empt
     gone = call((0, "-D", {"order_id": 1, "amount": 20}), (1, "-D", {"visit": 7}))
     assert gone == [("u1", 1, 20, 7, "-D")]
     assert len(store.live_slots()) == 0
-
-
-def _current_of(path: Path, how: str) -> pd.DataFrame:
-    """The current table of a changelog's files, after checking no row is retracted more often than added."""
-    rows = pa.concat_tables([pq.read_table(f) for f in sorted(path.glob("part-*"))])
-    assert set(rows.column("op").to_pylist()) <= {"+I", "-D"}, how
-    changes = rows.to_pandas()
-    signed = changes.assign(n=np.where(changes.op == "-D", -1, 1)).drop(columns="op")
-    net = signed.groupby([c for c in signed.columns if c != "n"], dropna=False).n.sum()
-    assert (net >= 0).all(), f"{how}: a row retracted more often than emitted: {net[net < 0]}"
-    return current(rows).to_pandas()
-
-
-def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
-    frame = frame.astype({"order_id": "Int64", "amount": "Int64", "visit": "Int64", "pages": "Int64"})
-    return frame.sort_values(["user", "order_id", "visit"]).reset_index(drop=True)
 
 
 @pytest.mark.jvm

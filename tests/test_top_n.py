@@ -248,6 +248,20 @@ def assert_replays(directory: Path) -> None:
         assert min(held.values(), default=0) >= 0, f"{directory.name}: batch {batch} retracts a row it does not hold"
 
 
+def watched_orders(tmp_path: Path) -> tuple[Path, Pipeline]:
+    """``write_orders``' three files, and a pipeline reading them as a stream, a file per
+    micro-batch, as the table ``orders``."""
+    orders = tmp_path / "orders"
+    write_orders(orders)
+    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "execution.checkpointing.interval": "0 s"})
+    pipeline.sql(
+        "CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, ts TIMESTAMP(3)) WITH ('connector' = "
+        f"'filesystem', 'path' = '{orders}', 'format' = 'parquet', 'source.watch' = 'true', "
+        "'source.max-files-per-batch' = '1');"
+    )
+    return orders, pipeline
+
+
 def assert_same_rows(got: pd.DataFrame, expected: pd.DataFrame, by: list[str]) -> None:
     assert len(expected) > 20
     got = got.sort_values(by, ignore_index=True)
@@ -384,9 +398,7 @@ def test_a_full_join_of_a_top_n_and_a_group_by_streams_equal_duckdb(tmp_path: Pa
     """A join of two updating tables (Flink's join with retractions): each user's top two small
     orders, which move as better orders arrive, FULL JOINed with a streaming GROUP BY whose totals change
     every micro-batch; the output's current table equals DuckDB's answer."""
-    orders = tmp_path / "orders"
-    write_orders(orders)
-    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "execution.checkpointing.interval": "0 s"})
+    orders, pipeline = watched_orders(tmp_path)
     query = (
         "SELECT t.user_id, t.order_id, t.amount, s.user_id AS big_spender, s.total, s.n FROM (SELECT user_id, "
         "order_id, amount FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY amount DESC, order_id) "
@@ -395,9 +407,6 @@ def test_a_full_join_of_a_top_n_and_a_group_by_streams_equal_duckdb(tmp_path: Pa
     )
     pipeline.sql(
         f"""
-        CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, ts TIMESTAMP(3))
-        WITH ('connector' = 'filesystem', 'path' = '{orders}', 'format' = 'parquet', 'source.watch' = 'true',
-              'source.max-files-per-batch' = '1');
         CREATE TABLE out (user_id STRING, order_id BIGINT, amount DOUBLE, big_spender STRING, total DOUBLE,
           n BIGINT) WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "out"}', 'format' = 'parquet');
         INSERT INTO out {query};
@@ -424,18 +433,13 @@ def test_a_top_n_of_a_streaming_group_by_refills_from_the_rows_below_and_equals_
     (a streaming GROUP BY, an updating table); a user whose total drops leaves, and the next
     one takes the place. With and without the row number; each output's current table equals
     DuckDB's ROW_NUMBER over the final totals."""
-    orders = tmp_path / "orders"
-    write_orders(orders)
-    pipeline = Pipeline(parallelism=2, config={**TEST_SPARK, "execution.checkpointing.interval": "0 s"})
+    orders, pipeline = watched_orders(tmp_path)
     ranked = (
         "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY len ORDER BY total DESC, user_id) AS rn FROM "
         "(SELECT user_id, LENGTH(user_id) AS len, SUM(amount) AS total FROM orders GROUP BY user_id)) WHERE rn <= 3"
     )
     pipeline.sql(
         f"""
-        CREATE TABLE orders (order_id BIGINT, user_id STRING, amount DOUBLE, ts TIMESTAMP(3))
-        WITH ('connector' = 'filesystem', 'path' = '{orders}', 'format' = 'parquet', 'source.watch' = 'true',
-              'source.max-files-per-batch' = '1');
         CREATE TABLE numbered (user_id STRING, len INT, total DOUBLE, rn BIGINT)
         WITH ('connector' = 'filesystem', 'path' = '{tmp_path / "numbered"}', 'format' = 'parquet');
         CREATE TABLE leaders (user_id STRING, total DOUBLE)

@@ -338,11 +338,6 @@ class PlanBuilder:
         a window table function: the first ``limit`` rows of each key and window by
         ``order``, emitted once the window ends, with ``window_start`` and ``window_end``."""
         fields = self._rank_fields(input_id, order, limit, first, rank_column, name)
-        if self.is_changelog(input_id):
-            raise PlanError(
-                f"{name}: its input {self.node(input_id).name!r} is a changelog (it updates or retracts rows); a "
-                "window Top-N ranks a window table function's rows, which are inserts"
-            )
         clash = {nodes.WINDOW_START, nodes.WINDOW_END} & set(output_columns(self._nodes, input_id, {}) or ())
         if clash:
             raise PlanError(f"{name}: its input has column(s) {sorted(clash)}, which the windows add; rename them")

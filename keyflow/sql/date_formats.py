@@ -89,19 +89,18 @@ def string_timestamp(value: exp.Expr) -> exp.Expr:
     """``value`` (a STRING) read as Flink reads DATE_FORMAT's string: ``y-M-d H:m:s`` at its
     start, fields rolled over as a lenient Calendar does, as a TIMESTAMP_NTZ (a wall clock,
     formatted as is); NULL where it does not parse."""
-    # Spark may evaluate a CASE's repeated parts before its conditions, so each part is safe on any
-    # input: fields of at most 4 (year) or 6 digits, a year from 1 (else NULL), no overflow.
-    fields = [f"CAST(nullif(regexp_extract(_s, '{_STRING_PREFIX}', {group}), '') AS INT)" for group in range(1, 7)]
-    year, month, day, hour, minute, second = fields
-    month_start = f"unix_date(add_months(make_date(nullif({year}, 0), 1, 1), {month} - 1))"
-    seconds = f"(({month_start} + {day} - 1) * 86400L + {hour} * 3600L + {minute} * 60L + {second})"
-    date = f"date_add(DATE'1970-01-01', CAST(floor({seconds} / 86400) AS INT))"
-    rest = f"CAST(pmod({seconds}, 86400) AS INT)"
-    template = (
-        f"CASE WHEN year({date}) BETWEEN 1 AND 9999 THEN make_timestamp_ntz(year({date}), month({date}), "
-        f"day({date}), {rest} DIV 3600, ({rest} DIV 60) % 60, {rest} % 60) END"
+    # Each field once: a lenient Calendar's roll-over is the year's start plus the months, then
+    # the days, then the time (Spark adds an interval's parts in that order); the result is bound
+    # once (templates.spark) and kept where its year is 1 to 9999 (fields of at most 6 digits).
+    year, month, day, hour, minute, second = (
+        f"CAST(nullif(regexp_extract(_s, '{_STRING_PREFIX}', {group}), '') AS INT)" for group in range(1, 7)
     )
-    return spark(template, s=value)
+    rolled = spark(
+        f"make_timestamp_ntz(nullif({year}, 0), 1, 1, 0, 0, 0) "
+        f"+ make_interval(0, {month} - 1, 0, {day} - 1, {hour}, {minute}, {second})",
+        s=value,
+    )
+    return spark("CASE WHEN year(_t) BETWEEN 1 AND 9999 THEN _t END", t=rolled)
 
 
 def formatted(value: exp.Expr, pattern: str) -> exp.Expr:
