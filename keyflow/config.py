@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar, cast
 
 import yaml
 
+from keyflow import s3
 from keyflow.errors import ConfigError
 from keyflow.keygroups import UPPER_BOUND_MAX_PARALLELISM
 
@@ -186,6 +187,57 @@ COMPACTION_MAX_DELTAS: Option[int] = Option(
     "Streaming: a subtask rewrites its key-group range as one full file once that many delta files "
     "would be read to restore it (bounds restore cost).",
 )
+
+
+def _endpoint(key: str, value: Any) -> str:
+    text = _text(key, value).strip()
+    try:
+        s3.split_endpoint(text)
+    except ValueError:
+        raise ConfigError(
+            f"{key}={value!r} is not an endpoint; write host[:port] (https) or http(s)://host[:port], "
+            "e.g. http://127.0.0.1:9000"
+        ) from None
+    return text
+
+
+def _timeout(key: str, value: Any) -> float:
+    seconds = parse_duration(key, value)
+    if seconds <= 0:
+        raise ConfigError(f"{key}={value!r} must be above 0; write e.g. '30 s'")
+    return seconds
+
+
+# S3-compatible storage (checkpoints on s3://...): Flink's keys, which its S3 filesystems pass to
+# Hadoop's fs.s3a.* options of the same meaning.
+S3_ENDPOINT: Option[str | None] = Option(
+    "s3.endpoint", _endpoint, None,
+    "Endpoint of an S3-compatible store (MinIO, Ceph, a local server): host[:port] (https) or "
+    "http(s)://host[:port]. Default: AWS, or the AWS_ENDPOINT_URL environment variable.",
+)  # fmt: skip
+S3_REGION: Option[str | None] = Option(
+    "s3.endpoint.region", _text, None, "Region of the store. Default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1."
+)
+S3_ACCESS_KEY: Option[str | None] = Option(
+    "s3.access-key", _text, None,
+    "Access key id (with s3.secret-key). Default: the AWS SDK's chain (AWS_ACCESS_KEY_ID, profile, instance role).",
+)  # fmt: skip
+S3_SECRET_KEY: Option[str | None] = Option("s3.secret-key", _text, None, "Secret key (with s3.access-key).")
+S3_ATTEMPTS: Option[int] = Option(
+    "s3.attempts.maximum", _positive_int, s3.DEFAULT_ATTEMPTS,
+    "Tries of one request in all: throttling, 5xx and connection errors are retried with exponential backoff "
+    "and jitter (the AWS SDK's standard strategy); then the micro-batch fails and a restart resumes it.",
+)  # fmt: skip
+S3_CONNECT_TIMEOUT: Option[float] = Option(
+    "s3.connection.establish.timeout", _timeout, s3.DEFAULT_CONNECT_TIMEOUT,
+    "How long to wait for a connection to the store (bare numbers: ms, as Hadoop's).",
+)  # fmt: skip
+S3_REQUEST_TIMEOUT: Option[float] = Option(
+    "s3.connection.timeout", _timeout, s3.DEFAULT_REQUEST_TIMEOUT,
+    "How long one request may wait for data from the store before it is retried (bare numbers: ms).",
+)  # fmt: skip
+
+
 IGNORE_UNCLAIMED_STATE: Option[bool] = Option(
     "execution.state-recovery.ignore-unclaimed-state",
     _flag,
@@ -336,6 +388,13 @@ OPTIONS: dict[str, Option[Any]] = {
         SINK_KEYED_SHUFFLE,
         STATE_TTL,
         IGNORE_UNCLAIMED_STATE,
+        S3_ENDPOINT,
+        S3_REGION,
+        S3_ACCESS_KEY,
+        S3_SECRET_KEY,
+        S3_ATTEMPTS,
+        S3_CONNECT_TIMEOUT,
+        S3_REQUEST_TIMEOUT,
     )
 }
 
@@ -414,6 +473,23 @@ class Config:
     def get(self, option: Option[T]) -> T:
         """The option's value: as its ``parse`` returned it when set, else its default."""
         return cast(T, self._values[option.key])
+
+    def s3_settings(self) -> s3.S3Settings | None:
+        """The store's settings if any ``s3.*`` option is set, else None (the environment's)."""
+        options: tuple[Option[Any], ...] = (S3_ENDPOINT, S3_REGION, S3_ACCESS_KEY, S3_SECRET_KEY, S3_ATTEMPTS,
+                                            S3_CONNECT_TIMEOUT, S3_REQUEST_TIMEOUT)  # fmt: skip
+        if all(self.get(option) == option.default for option in options):
+            return None
+        if (self.get(S3_ACCESS_KEY) is None) != (self.get(S3_SECRET_KEY) is None):
+            given, missing = (S3_ACCESS_KEY, S3_SECRET_KEY) if self.get(S3_SECRET_KEY) is None else (
+                S3_SECRET_KEY, S3_ACCESS_KEY)  # fmt: skip
+            raise ConfigError(
+                f"{given.key} is set but {missing.key} is not; give both, or neither (the AWS SDK's chain)"
+            )
+        return s3.S3Settings(
+            self.get(S3_ENDPOINT), self.get(S3_REGION), self.get(S3_ACCESS_KEY), self.get(S3_SECRET_KEY),
+            self.get(S3_ATTEMPTS), self.get(S3_CONNECT_TIMEOUT), self.get(S3_REQUEST_TIMEOUT),
+        )  # fmt: skip
 
     def default_parallelism(self) -> int:
         """``parallelism.default``, or the local master's cores, or ``spark.default.parallelism``."""

@@ -10,7 +10,10 @@ from typing import IO
 import pyarrow as pa
 from pyarrow import fs
 
+from keyflow import s3
 from keyflow.errors import KeyflowError
+
+OBJECT_STORES = (fs.S3FileSystem, fs.GcsFileSystem)  # an object appears whole when its upload completes
 
 
 def is_uri(path: str) -> bool:
@@ -24,7 +27,11 @@ def absolute(path: str | Path) -> str:
 
 
 def filesystem(path: str) -> tuple[fs.FileSystem, str]:
-    """The filesystem of ``path`` and the path on it (no trailing slash)."""
+    """The filesystem of ``path`` and the path on it (no trailing slash). ``s3://bucket/path``
+    is reached with the ``s3.*`` options (:mod:`keyflow.s3`) unless the URI carries its own
+    query (``?endpoint_override=...``)."""
+    if path.startswith("s3://") and "?" not in path:
+        return s3.filesystem(s3.S3Settings.from_environment()), path.removeprefix("s3://").rstrip("/")
     if is_uri(path):
         try:
             filesystem_, root = fs.FileSystem.from_uri(path)
@@ -38,7 +45,13 @@ def filesystem(path: str) -> tuple[fs.FileSystem, str]:
 
 
 def write_atomically(filesystem_: fs.FileSystem, path: str, data: bytes) -> None:
-    """Write to a temporary name, then move into place: readers see all of it or nothing."""
+    """Readers see all of it or nothing: an object store makes an object visible only once its
+    upload completes, so it is written in place (a move there is a copy and a delete); other
+    filesystems get a temporary name, then an atomic rename."""
+    if isinstance(filesystem_, OBJECT_STORES):
+        with filesystem_.open_output_stream(path) as stream:
+            stream.write(data)
+        return
     temporary = f"{path}.tmp-{uuid.uuid4().hex}"
     with filesystem_.open_output_stream(temporary) as stream:
         stream.write(data)

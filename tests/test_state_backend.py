@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from keyflow import ValueState
 from keyflow.errors import CheckpointError, DamagedFileError
 from keyflow.keygroups import assign_to_key_groups, key_group_range
-from keyflow.state.assignment import delta_depth, needed_files
+from keyflow.state.assignment import StateFile, delta_depth, needed_files
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.durable import CheckpointedState
 from keyflow.state.integrity import retain, verify
@@ -27,6 +27,16 @@ from keyflow.state.state_files import restore, write_state_file
 
 K = 64
 STATE = {"total": ValueState("int64")}
+
+
+class Collected:
+    """The subtasks' reports of files written, as the runtime's accumulator collects them."""
+
+    def __init__(self, into: list[tuple[float, StateFile]]) -> None:
+        self.into = into
+
+    def add(self, term: list[tuple[float, StateFile]]) -> None:
+        self.into.extend(term)
 
 
 def new_checkpoint(path: Path) -> Checkpoint:
@@ -42,7 +52,9 @@ def write_version(checkpoint: Checkpoint, version: int, parallelism: int, update
     updates of its keys, closes (writing a delta or full file); then the manifest commits."""
     files = tuple(previous.operators["1"]) if previous else ()
     base = previous.version if previous else -1
-    backend = CheckpointedState(checkpoint.uri, checkpoint.root, run, "1", base, version, files, compact, K)
+    written: list[tuple[float, StateFile]] = []
+    backend = CheckpointedState(checkpoint.uri, checkpoint.root, run, "1", base, version, files, compact, K,
+                                Collected(written))  # fmt: skip
     keys = np.array(list(updates), dtype=object)
     groups = assign_to_key_groups(pa.array(keys, pa.string()), K) if len(keys) else np.zeros(0, np.int32)
     for subtask in range(parallelism):
@@ -53,7 +65,7 @@ def write_version(checkpoint: Checkpoint, version: int, parallelism: int, update
             slots = store.slots(pa.table({"user": pa.array(keys[mine], pa.string())}), groups[mine].astype(np.int32))
             store.columns["total"].set(slots, pa.array([updates[k] for k in keys[mine]], pa.int64()))
         backend.close(store, subtask, first, last)
-    new = checkpoint.state_files.written("1", version)
+    new = checkpoint.state_files.newest(written)
     manifest = Manifest(version, parallelism, K, {"1": needed_files([*files, *new], K)})
     if commit:
         checkpoint.manifests.commit(manifest)
@@ -151,8 +163,8 @@ def test_state_cached_by_an_uncommitted_attempt_is_not_reused(tmp_path: Path) ->
     restore(checkpoint, committed.operators["1"], first, last, store, K)
     slots = store.slots(pa.table({"user": ["a"]}), assign_to_key_groups(pa.array(["a"]), K).astype(np.int32))
     store.columns["total"].set(slots, pa.array([2], pa.int64()))
-    write_state_file(checkpoint, "1", 1, "delta", first, last, store.to_table(slots), 1)
-    files = needed_files([*committed.operators["1"], *checkpoint.state_files.written("1", 1)], K)
+    file = write_state_file(checkpoint, "1", 1, "delta", first, last, store.to_table(slots), 1)
+    files = needed_files([*committed.operators["1"], file], K)
     checkpoint.manifests.commit(Manifest(1, 1, K, {"1": files}))
     backend = CheckpointedState(checkpoint.uri, checkpoint.root, "B", "1", 1, 2, tuple(files), frozenset(), K)
     reopened = backend.open(STATE, 0, first, last)

@@ -18,13 +18,16 @@ subtasks write; each has a module of its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from pyarrow import fs
 
-from keyflow.errors import CheckpointError
-from keyflow.paths import absolute, exists, filesystem, lock_file, write_atomically
+from keyflow.errors import CheckpointError, ExternalSystemError
+from keyflow.paths import OBJECT_STORES, absolute, exists, filesystem, lock_file, write_atomically
+from keyflow.s3 import S3Settings
 from keyflow.state.manifests import ManifestLog
 from keyflow.state.state_files import StateFileStore
 
@@ -57,8 +60,31 @@ class Checkpoint:
     def write_atomically(self, relative: str, data: bytes) -> None:
         """Write to a temporary name, then move into place: readers see all or nothing."""
         target = self.path(relative)
-        self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        if not self.on_object_store:  # an object store has no directories to make
+            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
         write_atomically(self.fs, target, data)
+
+    @property
+    def on_object_store(self) -> bool:
+        return isinstance(self.fs, OBJECT_STORES)
+
+    @contextlib.contextmanager
+    def storage(self, doing: str) -> Iterator[None]:
+        """Turn a failure of the checkpoint's storage while ``doing`` into an error naming the
+        store and the way on (the AWS SDK has retried it already, s3.attempts.maximum times)."""
+        try:
+            yield
+        except OSError as error:
+            raise self.storage_failed(error, doing) from None
+
+    def storage_failed(self, error: OSError, doing: str) -> ExternalSystemError:
+        where = f"{self.uri}, {S3Settings.from_environment().described()}" if self.on_object_store else self.uri
+        retried = " (a transient error is tried s3.attempts.maximum times)" if self.on_object_store else ""
+        return ExternalSystemError(
+            f"the checkpoint's storage ({where}) failed while {doing}{retried}: {str(error).strip()}; check that the "
+            "store is up and reachable (s3.endpoint, credentials, the bucket exists), then run the pipeline again: "
+            "it resumes from the last committed micro-batch"
+        )
 
     # -- one job at a time ------------------------------------------------------------------
     def acquire(self) -> Any:

@@ -9,8 +9,10 @@ so a steady micro-batch reads only the changes, never the whole state.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -43,9 +45,17 @@ class MemoryState:
         return None  # batch runs read no pre-keyed sources
 
 
+class Reports(Protocol):
+    """Where subtasks report the files they wrote: a Spark accumulator (merged on the driver
+    from the tasks that succeeded), or a list's ``extend`` in tests."""
+
+    def add(self, term: list[tuple[float, StateFile]]) -> object: ...
+
+
 @dataclass(frozen=True)
 class CheckpointedState:
-    """One keyed operator in one micro-batch: restore from ``base_version``, write ``version``."""
+    """One keyed operator in one micro-batch: restore from ``base_version``, write ``version``,
+    report each file written to ``written``."""
 
     checkpoint_uri: str
     checkpoint_id: str
@@ -56,12 +66,15 @@ class CheckpointedState:
     files: tuple[StateFile, ...]
     compact: frozenset[int]  # subtasks that write a full file of their range this time
     max_parallelism: int
+    written: Reports | None = field(default=None, compare=False)
 
     def open(self, descriptors: dict[str, StateDescriptor], subtask: int, first: int, last: int) -> KeyedStateStore:
         try:
             return self._restore(descriptors, first, last)
         except DamagedFileError as error:  # the driver names the newest intact version and the fix
             raise WorkerError(error) from None
+        except OSError as error:
+            raise WorkerError(Checkpoint(self.checkpoint_uri).storage_failed(error, f"restoring {self.uid}")) from None
 
     def _restore(self, descriptors: dict[str, StateDescriptor], first: int, last: int) -> KeyedStateStore:
         cached = _CACHE.take((self.checkpoint_id, self.uid), self.run_id, first, last)
@@ -105,7 +118,12 @@ class CheckpointedState:
         else:
             table, kind = store.to_table(touched), "delta"
         checkpoint = Checkpoint(self.checkpoint_uri)
-        write_state_file(checkpoint, self.uid, self.version, kind, first, last, table, len(live))
+        try:
+            file = write_state_file(checkpoint, self.uid, self.version, kind, first, last, table, len(live))
+        except OSError as error:
+            raise WorkerError(checkpoint.storage_failed(error, f"writing the state of {self.uid}")) from None
+        if self.written is not None:
+            self.written.add([(time.time(), file)])
         _CACHE.put((self.checkpoint_id, self.uid), self.run_id, _Entry(first, last, self.version, store))
 
     def release(self, store: KeyedStateStore, subtask: int, first: int, last: int) -> None:

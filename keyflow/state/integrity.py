@@ -15,6 +15,7 @@ rolls back to it (``keyflow.state.rollback``); retention never deletes that vers
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -269,3 +270,32 @@ def retain(checkpoint: Checkpoint, count: int) -> list[int]:
         if not files:
             checkpoint.fs.delete_dir(directory)
     return dropped
+
+
+def retain_known(checkpoint: Checkpoint, known: tuple[Manifest, ...], count: int) -> tuple[Manifest, ...]:
+    """Retention per micro-batch, from the manifests this run read at start or committed
+    (oldest first): keep the newest ``count``, delete the older manifests and the files only
+    they used. It lists nothing (on an object store a listing per micro-batch is slow and
+    billed); the full :func:`retain` at each start also removes files no manifest names."""
+    if len(known) <= count:
+        return known
+    dropped, kept = known[:-count], known[-count:]
+    used = {path for manifest in kept for path in manifest.files()}
+    emptied = set()
+    for manifest in dropped:
+        _delete_if_present(checkpoint, manifest_path(manifest.version))
+        for path in manifest.files():
+            if path not in used:
+                _delete_if_present(checkpoint, path)
+                emptied.add(path.rsplit("/", 1)[0])
+    if not checkpoint.on_object_store:  # where directories exist, remove those left empty
+        for directory in emptied:
+            listing = fs.FileSelector(checkpoint.path(directory), allow_not_found=True)
+            if not checkpoint.fs.get_file_info(listing):
+                checkpoint.fs.delete_dir(checkpoint.path(directory))
+    return kept
+
+
+def _delete_if_present(checkpoint: Checkpoint, relative: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        checkpoint.fs.delete_file(checkpoint.path(relative))

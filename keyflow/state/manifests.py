@@ -107,9 +107,27 @@ class ManifestLog:
             raise DamagedFileError(relative, "was altered: it is not text") from None
         return Manifest.from_json(text, relative)
 
+    def _present(self, relative: str) -> bool:
+        """Whether the object exists, by reading it: an object store's file info of a missing
+        key also lists the prefix (it might be a directory)."""
+        try:
+            with self.checkpoint.fs.open_input_stream(self.checkpoint.path(relative)):
+                return True
+        except FileNotFoundError:
+            return False
+
     def latest(self) -> Manifest | None:
         versions = self.versions()
         return self.read(versions[-1]) if versions else None
 
     def commit(self, manifest: Manifest) -> None:
-        self.checkpoint.write_atomically(manifest_path(manifest.version), manifest.to_json().encode())
+        """Write the version's manifest: one object under the version's own name, never replaced.
+        On an object store (no lock) a manifest already there means another job committed this
+        version: refused, so that job's commit is not overwritten."""
+        relative = manifest_path(manifest.version)
+        if self.checkpoint.on_object_store and self._present(relative):
+            raise CheckpointError(
+                f"version {manifest.version} of checkpoint {self.checkpoint.uri} was committed by another job while "
+                "this one ran it; run one job per checkpoint (stop the other one), then run this pipeline again"
+            )
+        self.checkpoint.write_atomically(relative, manifest.to_json().encode())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -40,33 +41,18 @@ class StateFileStore:
     def version_dir(self, uid: str, version: int) -> str:
         return f"state/{operator_dir(uid)}/v-{version:010d}"
 
-    def written(self, uid: str, version: int) -> list[StateFile]:
-        """The state files subtasks wrote for ``version`` (read from their footers). Where two
-        attempts of one subtask both finished (a retried task), the newer file is the one kept."""
-        relative = self.version_dir(uid, version)
-        selector = fs.FileSelector(self.checkpoint.path(relative), allow_not_found=True)
-        newest: dict[tuple[str, str, str], tuple[fs.FileInfo, str]] = {}
-        for info in sorted(self.checkpoint.fs.get_file_info(selector), key=lambda info: info.mtime_ns or 0):
-            name = STATE_FILE_NAME.fullmatch(info.base_name)
-            if name is None:
-                continue  # also kept here: a pre-keyed operator's key reports and split index
-            subtask = (name.group(1), name.group(2), name.group(3))
-            replaced = newest.pop(subtask, None)
-            if replaced is not None:
-                self.checkpoint.fs.delete_file(replaced[0].path)
-            newest[subtask] = (info, name.group(4))
-        found = []
-        for (kind, first, last), (info, digest) in newest.items():
-            with self.checkpoint.fs.open_input_file(info.path) as handle:
-                metadata = pq.read_metadata(handle)
-            keys = int((metadata.metadata or {}).get(KEYS_METADATA, b"0"))
-            found.append(
-                StateFile(
-                    f"{relative}/{info.base_name}", kind, version, int(first), int(last),
-                    metadata.num_rows, keys, info.size or 0, digest,
-                )
-            )  # fmt: skip
-        return sorted(found, key=lambda f: f.first)
+    def newest(self, written: Iterable[tuple[float, StateFile]]) -> list[StateFile]:
+        """The files the subtasks reported for one version, ``(written at, file)``, by first key
+        group: where two attempts of a subtask both finished (a retried or recomputed task), the
+        newer file is kept and the other deleted. Reports, not a listing: on an object store a
+        listing per micro-batch is slow and billed."""
+        newest: dict[tuple[str, int, int], tuple[float, StateFile]] = {}
+        for written_at, file in sorted(written, key=lambda report: report[0]):
+            replaced = newest.pop((file.kind, file.first, file.last), None)
+            if replaced is not None and replaced[1].path != file.path:
+                self.checkpoint.fs.delete_file(self.checkpoint.path(replaced[1].path))
+            newest[(file.kind, file.first, file.last)] = (written_at, file)
+        return sorted((file for _, file in newest.values()), key=lambda file: file.first)
 
     def dirs_after(self, version: int | None) -> list[str]:
         """The state directories (relative) of versions after ``version`` (None: all)."""
@@ -101,9 +87,6 @@ def version_of(relative: str) -> int:
     return int(part.removeprefix("v-"))
 
 
-STATE_FILE_NAME = re.compile(r"(delta|full)-(\d+)-(\d+)\.([0-9a-f]{16})\.parquet")
-
-
 def state_file_name(kind: str, first: int, last: int, digest: str) -> str:
     return f"{kind}-{first:05d}-{last:05d}.{digest}.parquet"
 
@@ -122,12 +105,14 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 def write_state_file(
     checkpoint: Checkpoint, uid: str, version: int, kind: str, first: int, last: int, table: pa.Table, keys: int
-) -> None:
+) -> StateFile:
     """One subtask's state for one version, atomic, named by its checksum (the driver keeps the
-    newest file of a subtask that a retried task wrote twice)."""
+    newest file of a subtask that a retried task wrote twice); returns what the manifest lists."""
     data = parquet_bytes(table.replace_schema_metadata({KEYS_METADATA: str(keys).encode()}))
-    name = state_file_name(kind, first, last, checksum(data))
-    checkpoint.write_atomically(f"{checkpoint.state_files.version_dir(uid, version)}/{name}", data)
+    digest = checksum(data)
+    relative = f"{checkpoint.state_files.version_dir(uid, version)}/{state_file_name(kind, first, last, digest)}"
+    checkpoint.write_atomically(relative, data)
+    return StateFile(relative, kind, version, first, last, table.num_rows, keys, len(data), digest)
 
 
 def write_key_report(checkpoint: Checkpoint, uid: str, version: int, first: int, last: int, keys: pa.Table) -> None:

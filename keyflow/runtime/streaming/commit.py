@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -38,9 +40,10 @@ from keyflow.runtime.streaming.watermarks import batch_time
 from keyflow.state.assignment import StateFile, compacting_subtasks, needed_files
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.durable import CheckpointedState
-from keyflow.state.integrity import retain
+from keyflow.state.integrity import retain_known
 from keyflow.state.manifests import Manifest
 from keyflow.state.plan_file import PlanFile
+from keyflow.state.source_log import SourceLog
 from keyflow.state.timers import TaskTime
 
 
@@ -54,7 +57,9 @@ class StreamState:
     run_id: str
     source_ids: tuple[int, ...]
     manifest: Manifest | None
+    source_log: SourceLog
     pre_keyed: PreKeyedSource | None = None
+    retained: tuple[Manifest, ...] = ()  # the committed versions kept, oldest first (the newest is manifest)
 
     @property
     def committed(self) -> int:
@@ -71,16 +76,19 @@ def commit_micro_batch(
     batch: int,
     event: dict[str, Any] | None = None,
     first_of_run: bool = False,
-) -> tuple[Manifest, BatchMetrics]:
+) -> tuple[StreamState, BatchMetrics]:
     """Run micro-batch ``batch`` of the source rows ``frame`` and commit it as version
-    ``batch``; ``event`` (a rescale) is logged with the batch once it is committed."""
+    ``batch``; ``event`` (a rescale) is logged with the batch once it is committed. Returns
+    the stream at the new version."""
     started = time.perf_counter()
     plan, checkpoint = stream.plan, stream.checkpoint
     frame.sparkSession.conf.set("spark.sql.shuffle.partitions", str(plan.parallelism))
     # One Spark job per micro-batch: adaptive execution would run each shuffle stage as a job of
     # its own (~0.1 s apart) and coalesce the aggregation's partitions keyflow sized already.
     frame.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")
-    state = keyed_state(stream, batch)
+    context = frame.sparkSession.sparkContext
+    reports = {uid: context.accumulator([], _Appended()) for uid in plan.graph.keyed_operators()}
+    state = keyed_state(stream, batch, reports)
     # Spark hands foreachBatch a micro-batch as computed rows (no column pruning reaches the
     # source), so every job over it computes the whole source again: a source read twice (its
     # watermark's job, then the batch) is persisted once, which halves a generated source's cost.
@@ -106,7 +114,8 @@ def commit_micro_batch(
         for uid in state:
             # A subtask without input rows wrote no file (unless a compaction was due):
             # its state did not change.
-            new = checkpoint.state_files.written(uid, batch)
+            with checkpoint.storage(f"committing micro-batch {batch}"):
+                new = checkpoint.state_files.newest(reports[uid].value)
             written += new
             previous = stream.manifest.operators.get(uid, []) if stream.manifest else []
             operators[uid] = needed_files([*previous, *new], plan.max_parallelism)
@@ -117,13 +126,16 @@ def commit_micro_batch(
             batch, plan.parallelism, plan.max_parallelism, operators, staged, pre_keyed=pre_keyed,
             checkpoint_id=stream.checkpoint_id, plan=stream.plan_file.to_dict(), watermarks=watermarks,
         )  # fmt: skip
-        checkpoint.manifests.commit(manifest)
+        with checkpoint.storage(f"committing micro-batch {batch}"):
+            stream.source_log.push()  # the offsets of this batch are in the checkpoint before its commit
+            checkpoint.manifests.commit(manifest)
         if event is not None:
             checkpoint.append_event({**event, "batch": batch})
         fault("after-commit", batch)
         publish(plan, manifest)
         fault("after-publish", batch)
-        retain(checkpoint, plan.config.get(CHECKPOINTS_NUM_RETAINED))
+        with checkpoint.storage(f"deleting versions older than micro-batch {batch}"):
+            retained = retain_known(checkpoint, (*stream.retained, manifest), plan.config.get(CHECKPOINTS_NUM_RETAINED))
     finally:
         builder.release()
         for rows in read_twice:
@@ -133,11 +145,25 @@ def commit_micro_batch(
         sum(f.bytes for f in written), time.perf_counter() - started, conflicts,
         None if time_now.watermark == NO_WATERMARK else time_now.watermark, _late_counts(builder),
     )  # fmt: skip
-    return manifest, metrics
+    return dataclasses.replace(stream, manifest=manifest, retained=retained), metrics
 
 
-def keyed_state(stream: StreamState, batch: int) -> dict[str, CheckpointedState]:
-    """Per keyed operator (by uid): restore from the newest commit, write version ``batch``."""
+class _Appended(AccumulatorParam[list[Any]]):
+    """An accumulator of lists: what the subtasks of successful tasks appended."""
+
+    def zero(self, value: list[Any]) -> list[Any]:
+        return []
+
+    def addInPlace(self, value1: list[Any], value2: list[Any]) -> list[Any]:  # noqa: N802 - Spark's name
+        value1.extend(value2)
+        return value1
+
+
+def keyed_state(
+    stream: StreamState, batch: int, reports: Mapping[str, Accumulator[list[Any]]] | None = None
+) -> dict[str, CheckpointedState]:
+    """Per keyed operator (by uid): restore from the newest commit, write version ``batch``
+    and report the files written to ``reports`` (accumulators: the driver lists nothing)."""
     plan = stream.plan
     state = {}
     for uid, operator in plan.graph.keyed_operators().items():
@@ -147,7 +173,7 @@ def keyed_state(stream: StreamState, batch: int) -> dict[str, CheckpointedState]
         )
         state[uid] = CheckpointedState(
             stream.checkpoint.uri, stream.checkpoint_id, stream.run_id, uid, stream.committed, batch, files,
-            compact, plan.max_parallelism,
+            compact, plan.max_parallelism, (reports or {}).get(uid),
         )  # fmt: skip
     return state
 

@@ -7,6 +7,7 @@ runs at it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import uuid
@@ -29,6 +30,7 @@ from keyflow.keygroups import KEY_GROUP_COLUMN
 from keyflow.paths import unlock
 from keyflow.plan.compile import CompiledPlan
 from keyflow.plan.nodes import SourceNode
+from keyflow.runtime import object_store
 from keyflow.runtime.autoscale import Autoscaler
 from keyflow.runtime.errors import guarded, translate
 from keyflow.runtime.frames import session_for
@@ -39,9 +41,10 @@ from keyflow.runtime.streaming.inputs import tagged_union
 from keyflow.runtime.streaming.prekeyed import PreKeyedSource
 from keyflow.runtime.streaming.prepare import prepare
 from keyflow.runtime.streaming.results import BatchMetrics, StreamingResult
-from keyflow.state.checkpoint import SOURCE_DIR, Checkpoint
+from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.integrity import damaged_while_reading
 from keyflow.state.rollback import forget_uncommitted
+from keyflow.state.source_log import SourceLog
 
 
 class StreamingJob:
@@ -55,7 +58,9 @@ class StreamingJob:
         on_batch: Callable[[BatchMetrics], None] | None = None,
     ) -> None:
         self.available_now, self._on_batch = available_now, on_batch
+        object_store.export(plan.config)
         self.checkpoint = Checkpoint(checkpoint)
+        self._source_log = SourceLog(self.checkpoint)
         self._lock = threading.Lock()
         self._error: BaseException | None = None
         self._requested: tuple[int, str] | None = None
@@ -67,14 +72,15 @@ class StreamingJob:
         self._autoscaler: Autoscaler | None = None
         self._held = self.checkpoint.acquire()
         try:
-            restored = restore.restore(plan, self.checkpoint)
+            with self.checkpoint.storage("restoring"):
+                restored = restore.restore(plan, self.checkpoint)
             try:
                 self._pre_keyed = PreKeyedSource.of(restored.plan, self._sources, self.checkpoint, restored.manifest)
             except DamagedFileError as damage:  # a split index whose content was altered
                 raise damaged_while_reading(self.checkpoint, damage) from None
             self._stream = StreamState(
                 restored.plan, self.checkpoint, restored.plan_file, self.run_id, tuple(s.id for s in self._sources),
-                restored.manifest, self._pre_keyed,
+                restored.manifest, self._source_log, self._pre_keyed, restored.retained,
             )  # fmt: skip
             if restored.manifest is not None and restored.manifest.parallelism != self.plan.parallelism:
                 self._pending_event = _rescale_event(restored.manifest.parallelism, self.plan.parallelism, "restart")
@@ -150,6 +156,8 @@ class StreamingJob:
             try:
                 ended = not self._query.isActive
                 self._query.stop()
+                with contextlib.suppress(OSError):  # Spark's commit of the last batch; if lost, it is replayed
+                    self._source_log.push()
             finally:
                 if self._autoscaler is not None:
                     outcome = "failed" if self._error is not None else "finished" if ended else "canceled"
@@ -170,6 +178,7 @@ class StreamingJob:
     # -- start -----------------------------------------------------------------------------
     def _start(self) -> StreamingQuery:
         spark = session_for(self.plan)
+        object_store.share_with_workers(spark.sparkContext)
         self._autoscaler = Autoscaler.from_config(
             self.plan.config, spark.sparkContext, self.plan.max_parallelism, self.checkpoint, self.run_id
         )
@@ -190,8 +199,11 @@ class StreamingJob:
         schemas = {source.id: frame.schema for source, frame in zip(self._sources, frames, strict=True)}
         self._stream = dataclasses.replace(self._stream, plan_file=prepare(self._stream, plan_file, spark, schemas))
         stream = tagged_union(frames)
-        source_dir = f"{self.checkpoint.uri.rstrip('/')}/{SOURCE_DIR}"  # Spark's own offsets
-        writer = stream.writeStream.foreachBatch(self._run_batch).option("checkpointLocation", source_dir)
+        with self.checkpoint.storage("reading Spark's source log"):
+            self._source_log.pull()
+        writer = stream.writeStream.foreachBatch(self._run_batch).option(
+            "checkpointLocation", self._source_log.location
+        )
         if self.available_now:
             writer = writer.trigger(availableNow=True)
         else:
@@ -237,8 +249,9 @@ class StreamingJob:
         fault("start", batch)
         if self._pre_keyed is None:
             self._apply_rescale()
-        manifest, metrics = commit_micro_batch(self._stream, frame, batch, self._pending_event, not self.result.batches)
-        self._stream = dataclasses.replace(self._stream, manifest=manifest)
+        self._stream, metrics = commit_micro_batch(
+            self._stream, frame, batch, self._pending_event, not self.result.batches
+        )
         self._pending_event = None
         if self._pre_keyed is not None:
             # Spark plans a micro-batch's source partitions before running it: a pre-keyed source

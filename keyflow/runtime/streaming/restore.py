@@ -8,13 +8,14 @@ published is published, and anything written after the newest commit is removed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from dataclasses import dataclass
 
 from pyarrow import fs
 
-from keyflow.config import IGNORE_UNCLAIMED_STATE, MAX_PARALLELISM
+from keyflow.config import CHECKPOINTS_NUM_RETAINED, IGNORE_UNCLAIMED_STATE, MAX_PARALLELISM
 from keyflow.connectors.base import CommitsPartitions, StagesInCheckpoint, StreamingSink, is_unbounded
 from keyflow.errors import CheckpointError, PlanError, RestoreError
 from keyflow.plan.compile import CompiledPlan
@@ -23,7 +24,7 @@ from keyflow.plan.restore import check_restorable
 from keyflow.plan.uids import ambiguous_keyed
 from keyflow.runtime.streaming.commit import publish
 from keyflow.state.checkpoint import LOCK_FILE, SOURCE_DIR, STAGING_DIR, Checkpoint
-from keyflow.state.integrity import check_before_restore
+from keyflow.state.integrity import check_before_restore, retain
 from keyflow.state.manifests import Manifest
 from keyflow.state.plan_file import PlanFile, read_plan_file, write_plan_file
 
@@ -36,6 +37,7 @@ class Restored:
     plan: CompiledPlan
     plan_file: PlanFile
     manifest: Manifest | None
+    retained: tuple[Manifest, ...] = ()  # the versions kept, oldest first (the last is ``manifest``)
 
 
 def streaming_sources(plan: CompiledPlan) -> tuple[SourceNode, ...]:
@@ -119,12 +121,26 @@ def restore(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:
     if manifest is not None:
         publish(current, manifest)  # a crash may have come between the commit and the moves
     checkpoint.state_files.discard_after(committed if manifest else None)
+    retain(checkpoint, plan.config.get(CHECKPOINTS_NUM_RETAINED))  # the one listing: files of no version go too
     pending = {entry["uid"]: entry.get("pending", []) for entry in manifest.sinks} if manifest else {}
     for uid, (_, sink) in current.outputs().items():
         sink.discard_after(committed)  # output of batches after the checkpoint (e.g. restored from a copy)
         if isinstance(sink, CommitsPartitions):
             sink.withdraw_commits([entry["partition"] for entry in pending.get(uid, [])])
-    return Restored(current, saved, manifest)
+    return Restored(current, saved, manifest, _readable(checkpoint, manifest))
+
+
+def _readable(checkpoint: Checkpoint, newest: Manifest | None) -> tuple[Manifest, ...]:
+    """The versions retention kept, oldest first, that can be read (the runtime drops them in
+    turn as it commits; an unreadable one is left to the next start's retention)."""
+    if newest is None:
+        return ()
+    kept = []
+    for version in checkpoint.manifests.versions():
+        if version < newest.version:
+            with contextlib.suppress(CheckpointError):
+                kept.append(checkpoint.manifests.read(version))
+    return (*kept, newest)
 
 
 def _start(plan: CompiledPlan, checkpoint: Checkpoint) -> Restored:

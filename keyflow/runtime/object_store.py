@@ -1,0 +1,41 @@
+"""The ``s3.*`` options in every process that opens a checkpoint: the driver's environment, and
+through the SparkContext's environment every Spark Python worker's, on any host."""
+
+from __future__ import annotations
+
+import os
+
+from pyspark import SparkContext
+
+from keyflow.config import Config
+from keyflow.s3 import ENVIRONMENT
+
+# Also the AWS SDK's own variables, where the driver has them: executors on other hosts do not.
+SHARED = (*ENVIRONMENT.values(), "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
+          "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")  # fmt: skip
+_exported: dict[str, str] = {}  # what the last export set, so a later run without s3.* options drops it
+
+
+def export(config: Config) -> None:
+    """Put the pipeline's ``s3.*`` options into this process's environment (before anything
+    opens the checkpoint); without any, the environment's own settings apply."""
+    for name, value in _exported.items():
+        if os.environ.get(name) == value:
+            del os.environ[name]
+    settings = config.s3_settings()
+    _exported.clear()
+    if settings is not None:
+        for name in ENVIRONMENT.values():
+            os.environ.pop(name, None)
+        _exported.update(settings.environment())
+        os.environ.update(_exported)
+
+
+def share_with_workers(context: SparkContext) -> None:
+    """Python workers started from now on get the driver's store settings (a running worker
+    keeps its environment: Spark starts workers per distinct environment)."""
+    for name in SHARED:
+        if name in os.environ:
+            context.environment[name] = os.environ[name]
+        else:
+            context.environment.pop(name, None)

@@ -1,0 +1,96 @@
+"""S3-compatible object stores (AWS S3, MinIO, Ceph, ...) through PyArrow's ``S3FileSystem``.
+
+The pipeline's ``s3.*`` options (Flink's names, read as Flink's S3 filesystems read them) are
+exported to the environment as ``KEYFLOW_S3_*`` variables: the driver and every Spark Python
+worker, on any host, build the same filesystem from them. Unset options fall back to the AWS
+SDK's own environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_REGION``, ...).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyarrow import fs
+
+ENVIRONMENT = {
+    "endpoint": "KEYFLOW_S3_ENDPOINT",
+    "region": "KEYFLOW_S3_REGION",
+    "access_key": "KEYFLOW_S3_ACCESS_KEY",
+    "secret_key": "KEYFLOW_S3_SECRET_KEY",  # 'SECRET' in the name: Spark's UI redacts its value
+    "attempts": "KEYFLOW_S3_ATTEMPTS",
+    "connect_timeout": "KEYFLOW_S3_CONNECT_TIMEOUT",
+    "request_timeout": "KEYFLOW_S3_REQUEST_TIMEOUT",
+}
+DEFAULT_ATTEMPTS = 5  # Hadoop's fs.s3a.attempts.maximum, which Flink's s3.attempts.maximum sets
+DEFAULT_CONNECT_TIMEOUT = 30.0  # Hadoop 3.4's fs.s3a.connection.establish.timeout
+DEFAULT_REQUEST_TIMEOUT = 200.0  # Hadoop's fs.s3a.connection.timeout
+
+ENDPOINT = re.compile(r"(?:(https?)://)?([A-Za-z0-9.\-\[\]:]+?)/?")
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How to reach the store: ``endpoint`` None is AWS (or ``AWS_ENDPOINT_URL``); credentials
+    None are the AWS SDK's chain (environment, profile, instance role)."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    attempts: int = DEFAULT_ATTEMPTS
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+
+    def environment(self) -> dict[str, str]:
+        """The variables that carry these settings to other processes (set ones only)."""
+        values = {name: getattr(self, name) for name in ENVIRONMENT}
+        return {ENVIRONMENT[name]: str(value) for name, value in values.items() if value is not None}
+
+    @staticmethod
+    def from_environment(environ: Mapping[str, str] = os.environ) -> S3Settings:
+        given = {name: environ[variable] for name, variable in ENVIRONMENT.items() if environ.get(variable)}
+        numbers = {
+            "attempts": int(given.pop("attempts", DEFAULT_ATTEMPTS)),
+            "connect_timeout": float(given.pop("connect_timeout", DEFAULT_CONNECT_TIMEOUT)),
+            "request_timeout": float(given.pop("request_timeout", DEFAULT_REQUEST_TIMEOUT)),
+        }
+        return S3Settings(**given, **numbers)
+
+    def described(self) -> str:
+        """Where requests go, for error messages (never the credentials)."""
+        return f"endpoint {self.endpoint}" if self.endpoint else "AWS S3 (no s3.endpoint set)"
+
+
+def split_endpoint(endpoint: str) -> tuple[str, str]:
+    """``http://host:9000`` -> (``host:9000``, ``http``); a bare ``host[:port]`` is https, as
+    Hadoop's S3A reads ``fs.s3a.endpoint``. Raises ValueError for anything else."""
+    match = ENDPOINT.fullmatch(endpoint.strip())
+    if match is None:
+        raise ValueError(endpoint)
+    return match.group(2), match.group(1) or "https"
+
+
+def filesystem(settings: S3Settings) -> fs.S3FileSystem:
+    """The filesystem for ``settings``; one per process and settings (each holds a client)."""
+    return _filesystem(settings)
+
+
+@functools.cache
+def _filesystem(settings: S3Settings) -> fs.S3FileSystem:
+    endpoint, scheme = split_endpoint(settings.endpoint) if settings.endpoint else (None, "https")
+    return fs.S3FileSystem(
+        access_key=settings.access_key,
+        secret_key=settings.secret_key,
+        region=settings.region,
+        endpoint_override=endpoint,
+        scheme=scheme,
+        connect_timeout=settings.connect_timeout,
+        request_timeout=settings.request_timeout,
+        # The AWS SDK's standard strategy: throttling, 5xx and connection errors are retried with
+        # exponential backoff and jitter, at most ``attempts`` tries in all.
+        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=settings.attempts),
+    )
