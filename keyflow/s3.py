@@ -52,13 +52,15 @@ class S3Settings:
 
     @staticmethod
     def from_environment(environ: Mapping[str, str] = os.environ) -> S3Settings:
-        given = {name: environ[variable] for name, variable in ENVIRONMENT.items() if environ.get(variable)}
-        numbers = {
-            "attempts": int(given.pop("attempts", DEFAULT_ATTEMPTS)),
-            "connect_timeout": float(given.pop("connect_timeout", DEFAULT_CONNECT_TIMEOUT)),
-            "request_timeout": float(given.pop("request_timeout", DEFAULT_REQUEST_TIMEOUT)),
-        }
-        return S3Settings(**given, **numbers)
+        def given(name: str) -> str | None:
+            return environ.get(ENVIRONMENT[name]) or None
+
+        return S3Settings(
+            given("endpoint"), given("region"), given("access_key"), given("secret_key"),
+            int(given("attempts") or DEFAULT_ATTEMPTS),
+            float(given("connect_timeout") or DEFAULT_CONNECT_TIMEOUT),
+            float(given("request_timeout") or DEFAULT_REQUEST_TIMEOUT),
+        )  # fmt: skip
 
     def described(self) -> str:
         """Where requests go, for error messages (never the credentials)."""

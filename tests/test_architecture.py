@@ -18,7 +18,7 @@ import pytest
 from keyflow import _EXPORTS
 
 PACKAGE = Path(__file__).resolve().parent.parent / "keyflow"
-BASE = {"errors", "paths", "keygroups", "hashing", "config", "schemas", "changelog", "__init__"}
+BASE = {"errors", "paths", "s3", "keygroups", "hashing", "config", "schemas", "changelog", "__init__"}
 SPARK = ("pyspark", "py4j")
 
 # Which of keyflow's layers each layer may import; anything else is a violation.
