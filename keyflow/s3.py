@@ -55,8 +55,11 @@ class S3Settings:
         def given(name: str) -> str | None:
             return environ.get(ENVIRONMENT[name]) or None
 
+        # PyArrow's S3FileSystem reads credentials from the AWS SDK's environment, not the endpoint or region.
+        endpoint = given("endpoint") or environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+        region = given("region") or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
         return S3Settings(
-            given("endpoint"), given("region"), given("access_key"), given("secret_key"),
+            endpoint or None, region or None, given("access_key"), given("secret_key"),
             int(given("attempts") or DEFAULT_ATTEMPTS),
             float(given("connect_timeout") or DEFAULT_CONNECT_TIMEOUT),
             float(given("request_timeout") or DEFAULT_REQUEST_TIMEOUT),

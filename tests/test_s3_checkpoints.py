@@ -20,6 +20,7 @@ from pyarrow import fs
 
 from keyflow import Pipeline, log, parquet
 from keyflow.errors import ConfigError, ExternalSystemError
+from keyflow.s3 import ENVIRONMENT
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.source_log import WORKING_COPIES
 from tests.s3_server import LISTING, S3Server
@@ -97,8 +98,14 @@ def test_a_driver_killed_after_its_commit_resumes_on_another_disk(spark, tmp_pat
     checkpoint = f"{store.bucket('killed')}/ckpt"
     data = events(3_000, 100, start=0, seed=3)
     append(tmp_path / "log", data)
-    env = {**os.environ, **store.environment(), "KEYFLOW_TEST_DIR": str(tmp_path), "PYTHONPATH": str(ROOT),
-           "KEYFLOW_FAULT": "after-commit:1"}  # fmt: skip
+    inherited = {name: value for name, value in os.environ.items() if name not in ENVIRONMENT.values()}
+    env = {
+        **inherited,
+        **store.environment(),
+        "KEYFLOW_TEST_DIR": str(tmp_path),
+        "PYTHONPATH": str(ROOT),
+        "KEYFLOW_FAULT": "after-commit:1",
+    }  # fmt: skip  (the AWS SDK's variables only: no s3.* options)
     job = subprocess.run(
         [sys.executable, "-m", "keyflow", "run", "tests/jobs/totals_on_s3.py", "--checkpoint", checkpoint],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
