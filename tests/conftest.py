@@ -23,7 +23,7 @@ pytest_plugins = ["tests.costs", "pytester"]
 # The files that run longest start first, so that the two workers of make test end together
 # (with --dist loadfile a file runs in one worker; seconds per file: docs/testing.md).
 LONGEST_FIRST = (
-    "test_autoscale_cluster.py",
+    "test_cluster_faults.py",
     "test_exactly_once.py",
     "test_changelog.py",
     "test_pre_keyed.py",

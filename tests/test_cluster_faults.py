@@ -14,7 +14,9 @@ writes are on it (as on an NFS share); the checkpoint is only on the store host.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -87,14 +89,14 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, Any]]:
                                                            "driver")}  # fmt: skip
         endpoint = hosts["store"].start_s3(tmp_path / "store")
         url = hosts["master"].start_spark_master(tmp_path / "master")
-        for name in ("worker-1", "worker-2", "worker-3"):
+        for name in ("worker-2", "worker-3"):  # worker-1 joins later
             hosts[name].start_spark_worker(url, tmp_path / name)
         s3 = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
         run_on(hosts["driver"], tmp_path, "bucket", sys.executable, "-c", CREATE_BUCKET, endpoint, env=s3)
         yield {"hosts": hosts, "endpoint": endpoint, "url": url}
 
 
-def test_exactly_once_through_lost_and_cut_hosts_a_stalled_store_and_a_killed_driver(
+def test_exactly_once_through_lost_joining_and_cut_hosts_a_stalled_store_and_a_killed_driver(
     tmp_path: Path, cluster: dict[str, Any]
 ) -> None:
     hosts: dict[str, Host] = cluster["hosts"]
@@ -108,50 +110,71 @@ def test_exactly_once_through_lost_and_cut_hosts_a_stalled_store_and_a_killed_dr
     appender.start()
     job = driver.popen(command, env=env, log=tmp_path / "job-1.out", cwd=ROOT)
 
-    def progress(what: str, timeout: float = 120) -> None:
-        """Wait for what the sink has to grow by 300 rows (a few committed micro-batches)."""
-        start = len(read_output(tmp_path / "out"))
-        wait_for(what, lambda: len(read_output(tmp_path / "out")) >= start + 300, job, timeout)
+    def committed() -> int:
+        return len(read_output(tmp_path / "out"))
+
+    def progress(what: str) -> None:
+        """Wait for the sink to grow by a few committed micro-batches."""
+        start = committed()
+        wait_for(what, lambda: committed() >= start + 600, job)
+
+    def rescaled(before: int, after: int, times: int = 1) -> None:
+        """Wait for the ``times``-th change from ``before`` to ``after`` (batch lines of the job)."""
+        changes = lambda: rescales(tmp_path / "job-1.out").count((before, after))  # noqa: E731
+        wait_for(f"rescale {before} → {after} number {times}", lambda: changes() >= times, job)
 
     try:
-        progress("the first micro-batches")
-        hosts["worker-1"].kill()  # its worker and executor die mid-batch: tasks rerun elsewhere
-        progress("micro-batches after worker-1 was lost")
-        hosts["worker-2"].disconnect()  # longer than the master's worker timeout (8 s)
-        time.sleep(12)
-        hosts["worker-2"].reconnect()
+        progress("micro-batches on worker-2 and worker-3")
+        hosts["worker-3"].kill()  # mid-batch: its worker, executor and Python workers die at once
+        rescaled(2, 1)  # the adaptive scheduler after resource-stabilization-timeout
+        hosts["worker-1"].start_spark_worker(cluster["url"], tmp_path / "worker-1")  # a host joins
+        rescaled(1, 2)
+        progress("micro-batches at parallelism 2")
+        hosts["worker-2"].disconnect()  # longer than the master's worker timeout (8 s): declared lost
+        rescaled(2, 1, times=2)
+        hosts["worker-2"].reconnect()  # it registers again and gets an executor
+        rescaled(1, 2, times=2)
         progress("micro-batches after worker-2 came back")
-        store.pause()  # the store stalls during a commit: the micro-batch waits
+        store.pause()  # the store stalls while micro-batches run: they wait for it
         time.sleep(3)
         store.resume()
         progress("micro-batches after the store stalled")
         store.pause()
-        time.sleep(1)  # a commit is waiting on the store when the driver host dies
+        time.sleep(1.5)  # a micro-batch is waiting on the store when the driver host dies
         driver.kill()
         store.resume()
-        hosts["worker-1"].start_spark_worker(cluster["url"], tmp_path / "worker-1b")  # the host joins again
         job = driver.popen(command, env=env, log=tmp_path / "job-2.out", cwd=ROOT)
         progress("micro-batches after the driver restarted")
         data = appender.all()
-        wait_for("every event in the output", lambda: len(read_output(tmp_path / "out")) >= len(data), job, 120)
-        job.send_signal(2)  # Ctrl-C: stops after the running micro-batch
-        assert job.wait(timeout=60) in (0, 130)
+        wait_for("every event in the output", lambda: committed() >= len(data), job)
+        for name in ("worker-1", "worker-2"):  # the last hosts leave: resource-wait-timeout (10 s) fails the job
+            hosts[name].kill()
+        assert job.wait(timeout=90) == 2  # keyflow's error exit
     finally:
         appender.stopped.set()
         for name in ("job-1", "job-2"):
             log = tmp_path / f"{name}.out"
             print(f"--- {name}\n" + (log.read_text(errors="replace")[-4000:] if log.exists() else "(none)"))
 
+    assert "no executor cores when the resource-wait-timeout (10 s" in (tmp_path / "job-2.out").read_text()
     got = read_output(tmp_path / "out").sort_values("seq").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected_totals(data).reset_index(drop=True), check_dtype=False)
     state = json.loads(run_on(driver, tmp_path, "inspect", sys.executable, "-c", READ_CHECKPOINT, CHECKPOINT,
                               env={**CREDENTIALS, "AWS_ENDPOINT_URL": cluster["endpoint"]}))  # fmt: skip
-    rescales = [(event["from"], event["to"]) for event in state["events"] if event["event"] == "rescale"]
-    assert rescales[0] == (3, 2), rescales  # worker-1 left
-    assert any(after > before for before, after in rescales[1:]), rescales  # hosts joined again
+    history = [(event["from"], event["to"]) for event in state["events"]]
+    assert history == [(2, 1), (1, 2), (2, 1), (1, 2)], history  # the restart resumed at 2: no rescale
+    decisions = [r for r in state["scheduler"] if r["kind"] == "decision"]
+    assert [r["state"] for r in decisions][-3:] == ["Restarting", "WaitingForResources", "Finished"]
 
 
-def wait_for(what: str, found: Callable[[], bool], job: subprocess.Popen[bytes], timeout: float) -> None:
+def rescales(job_log: Path) -> list[tuple[int, int]]:
+    """The parallelism changes between the micro-batches the job printed, in order."""
+    text = job_log.read_text(errors="replace") if job_log.exists() else ""
+    runs = [int(p) for p in re.findall(r"^batch \d+: parallelism (\d+)", text, re.MULTILINE)]
+    return [(a, b) for a, b in itertools.pairwise(runs) if a != b]
+
+
+def wait_for(what: str, found: Callable[[], bool], job: subprocess.Popen[bytes], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not found():
         if job.poll() is not None:

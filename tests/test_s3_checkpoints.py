@@ -92,20 +92,20 @@ def test_state_on_s3_restarts_at_another_parallelism_and_lists_nothing_per_batch
 
 
 @pytest.mark.jvm
-def test_a_driver_killed_after_its_commit_resumes_on_another_disk(spark, tmp_path: Path, store: S3Server) -> None:
+def test_a_driver_killed_after_its_commit_resumes_on_another_disk(
+    spark, tmp_path: Path, store: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SIGKILL between keyflow's commit and Spark's; the restart finds no working copy of
-    Spark's log (another host) and takes it from the checkpoint: the batch is not repeated."""
+    Spark's log (another host) and takes it from the checkpoint: the batch is not repeated.
+    The killed job reaches the store through the AWS SDK's environment variables alone."""
+    for name in ENVIRONMENT.values():
+        monkeypatch.delenv(name, raising=False)
+    for name, value in store.environment().items():
+        monkeypatch.setenv(name, value)
     checkpoint = f"{store.bucket('killed')}/ckpt"
     data = events(3_000, 100, start=0, seed=3)
     append(tmp_path / "log", data)
-    inherited = {name: value for name, value in os.environ.items() if name not in ENVIRONMENT.values()}
-    env = {
-        **inherited,
-        **store.environment(),
-        "KEYFLOW_TEST_DIR": str(tmp_path),
-        "PYTHONPATH": str(ROOT),
-        "KEYFLOW_FAULT": "after-commit:1",
-    }  # fmt: skip  (the AWS SDK's variables only: no s3.* options)
+    env = {**os.environ, "KEYFLOW_TEST_DIR": str(tmp_path), "PYTHONPATH": str(ROOT), "KEYFLOW_FAULT": "after-commit:1"}
     job = subprocess.run(
         [sys.executable, "-m", "keyflow", "run", "tests/jobs/totals_on_s3.py", "--checkpoint", checkpoint],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,

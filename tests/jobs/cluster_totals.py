@@ -27,10 +27,10 @@ pipeline = Pipeline(
         "jobmanager.scheduler": "adaptive",
         "jobmanager.adaptive-scheduler.scaling-interval.min": "5 s",
         "jobmanager.adaptive-scheduler.resource-stabilization-timeout": "3 s",
-        "jobmanager.adaptive-scheduler.resource-wait-timeout": "120 s",
+        "jobmanager.adaptive-scheduler.resource-wait-timeout": "10 s",
     }
 )
-stream = pipeline.source(log(f"{base}/log", rows_per_batch=400))
+stream = pipeline.source(log(f"{base}/log", rows_per_batch=2000))  # keeps up with the appender
 stream.key_by("user").process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq").sink(
     parquet(f"{base}/out")
 )
