@@ -9,9 +9,9 @@ latency. The job: a streaming running count and sum per key (``--keys`` keys) ov
 1. Micro-batch time with the state on the store vs on local disk: median of the steady
    batches (all but the first), best and median of ``--runs`` runs (peer: the same keyflow job
    with a local checkpoint).
-2. Restore after a host loss: one more file, run by a new job whose disk has no working copy
-   of Spark's source log (the driver moved host): seconds from start to its first commit
-   (peer: the same restart from a local checkpoint).
+2. Restore after a host loss: one more file, run by a new job (as every run, it takes Spark's
+   source log from the checkpoint into a working copy of its own, as a driver on another host
+   would): seconds from start to its first commit (peer: the same restart from a local checkpoint).
 3. Bytes each subtask reads when the parallelism changes 4 → 3 and 4 → 6: the state files a
    subtask's restore opens from the store, measured at the filesystem, against its share
    of the version's state bytes (its key groups / K). Files are whole-range files, so a
@@ -27,8 +27,8 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,8 +40,8 @@ from keyflow.keygroups import key_group_range
 from keyflow.runtime.streaming import BatchMetrics
 from keyflow.state.assignment import files_to_read
 from keyflow.state.checkpoint import Checkpoint
-from keyflow.state.source_log import WORKING_COPIES
-from keyflow.state.state_files import read_table
+from keyflow.state.state_files import read_range
+from tests.filesystems import CountingFiles
 from tests.s3_server import S3Server
 
 BENCH = "object_store"
@@ -56,37 +56,23 @@ def write_batches(directory: Path, count: int, rows: int, keys: int, first: int 
         pq.write_table(table, directory / f"batch-{number:04d}.parquet")
 
 
-def run(data: Path, checkpoint: str, store: S3Server, parallelism: int = PARALLELISM) -> list[BatchMetrics]:
+def run(
+    data: Path, checkpoint: str, store: S3Server, on_batch: Callable[[BatchMetrics], None] | None = None
+) -> list[BatchMetrics]:
     pipeline = Pipeline(
-        parallelism=parallelism,
+        parallelism=PARALLELISM,
         config={"spark.master": f"local[{PARALLELISM}]", "pipeline.progress": "off",
                 "execution.checkpointing.interval": "0 s", **store.config()},
     )  # fmt: skip
     source = files(data, schema="k long, v double", watch=True, maxFilesPerTrigger="1")
     pipeline.source(source).key_by("k").aggregate(n="count(*)", s="sum(v)").sink(blackhole())
-    return pipeline.run(checkpoint=checkpoint, available_now=True).batches
-
-
-class CountingFiles:
-    """``checkpoint.fs`` for a restore, counting the bytes of every file it opens (a state
-    file is read whole: its checksum covers every byte)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.read = inner, 0
-
-    def open_input_file(self, path: str) -> Any:
-        opened = self.inner.open_input_file(path)
-        self.read += opened.size()
-        return opened
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    return pipeline.run(checkpoint=checkpoint, available_now=True, on_batch=on_batch).batches
 
 
 def bytes_per_subtask(uri: str, parallelism: int) -> list[tuple[int, int, int]]:
-    """For each subtask at ``parallelism``: (bytes its restore reads from the store, its share
-    of the version's state bytes, its key groups); the files read are those a restore of its
-    range reads (``files_to_read``), each read as the restore reads it."""
+    """For each subtask at ``parallelism``: (bytes its restore reads from the store, measured at
+    the filesystem, its share of the version's state bytes, its key groups); the files are
+    those a restore of its range reads (``files_to_read``), each read as the restore reads it."""
     checkpoint = Checkpoint(uri)
     manifest = checkpoint.manifests.latest()
     assert manifest is not None
@@ -98,7 +84,7 @@ def bytes_per_subtask(uri: str, parallelism: int) -> list[tuple[int, int, int]]:
         counting = CountingFiles(checkpoint.fs)
         checkpoint.fs = counting
         for f in files_to_read(state_files, first, last):
-            read_table(checkpoint, f.path, f.bytes, f.checksum)
+            read_range(checkpoint, f, first, last)
         checkpoint.fs = counting.inner
         groups = last - first + 1
         found.append((counting.read, round(total * groups / manifest.max_parallelism), groups))
@@ -126,11 +112,11 @@ def main() -> None:
                 write_batches(data, args.files, args.rows, args.keys)
                 batches = run(data, uri, store)
                 steady[where].append(statistics.median(b.seconds for b in batches[1:]))
-                shutil.rmtree(Path(tempfile.gettempdir()) / WORKING_COPIES, ignore_errors=True)  # the host is gone
                 write_batches(data, 1, args.rows, args.keys, first=args.files)
+                committed: list[float] = []
                 started = time.perf_counter()
-                run(data, uri, store)
-                restores[where].append(time.perf_counter() - started)
+                run(data, uri, store, on_batch=lambda _, into=committed: into.append(time.perf_counter()))
+                restores[where].append(committed[0] - started)
             last_s3 = f"{bucket}/run-{number}"
         emit_best_and_median(BENCH, f"micro-batch time, state on S3 (moto), {args.keys:,} keys", "s", steady["s3"],
                              "keyflow, state on local disk", steady["local"])  # fmt: skip

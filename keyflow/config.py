@@ -201,6 +201,10 @@ def _endpoint(key: str, value: Any) -> str:
     return text
 
 
+def _retries(key: str, value: Any) -> int:
+    return 0 if str(value).strip() == "0" else _positive_int(key, value)
+
+
 def _timeout(key: str, value: Any) -> float:
     seconds = parse_duration(key, value)
     if seconds <= 0:
@@ -223,18 +227,15 @@ S3_ACCESS_KEY: Option[str | None] = Option(
     "Access key id (with s3.secret-key). Default: the AWS SDK's chain (AWS_ACCESS_KEY_ID, profile, instance role).",
 )  # fmt: skip
 S3_SECRET_KEY: Option[str | None] = Option("s3.secret-key", _text, None, "Secret key (with s3.access-key).")
-S3_ATTEMPTS: Option[int] = Option(
-    "s3.attempts.maximum", _positive_int, s3.DEFAULT_ATTEMPTS,
-    "Tries of one request in all: throttling, 5xx and connection errors are retried with exponential backoff "
-    "and jitter (the AWS SDK's standard strategy); then the micro-batch fails and a restart resumes it.",
+S3_RETRIES: Option[int] = Option(
+    "s3.attempts.maximum", _retries, s3.DEFAULT_RETRIES,
+    "Retries of a failed request after its first try (as Hadoop's fs.s3a.attempts.maximum): throttling, 5xx, "
+    "connection errors and timeouts are retried with exponential backoff and jitter (the AWS SDK's standard "
+    "strategy); then the micro-batch fails, nothing of it committed, and a restart resumes it.",
 )  # fmt: skip
 S3_CONNECT_TIMEOUT: Option[float] = Option(
     "s3.connection.establish.timeout", _timeout, s3.DEFAULT_CONNECT_TIMEOUT,
     "How long to wait for a connection to the store (bare numbers: ms, as Hadoop's).",
-)  # fmt: skip
-S3_REQUEST_TIMEOUT: Option[float] = Option(
-    "s3.connection.timeout", _timeout, s3.DEFAULT_REQUEST_TIMEOUT,
-    "How long one request may wait for data from the store before it is retried (bare numbers: ms).",
 )  # fmt: skip
 
 
@@ -392,9 +393,8 @@ OPTIONS: dict[str, Option[Any]] = {
         S3_REGION,
         S3_ACCESS_KEY,
         S3_SECRET_KEY,
-        S3_ATTEMPTS,
+        S3_RETRIES,
         S3_CONNECT_TIMEOUT,
-        S3_REQUEST_TIMEOUT,
     )
 }
 
@@ -476,8 +476,8 @@ class Config:
 
     def s3_settings(self) -> s3.S3Settings | None:
         """The store's settings if any ``s3.*`` option is set, else None (the environment's)."""
-        options: tuple[Option[Any], ...] = (S3_ENDPOINT, S3_REGION, S3_ACCESS_KEY, S3_SECRET_KEY, S3_ATTEMPTS,
-                                            S3_CONNECT_TIMEOUT, S3_REQUEST_TIMEOUT)  # fmt: skip
+        options: tuple[Option[Any], ...] = (S3_ENDPOINT, S3_REGION, S3_ACCESS_KEY, S3_SECRET_KEY, S3_RETRIES,
+                                            S3_CONNECT_TIMEOUT)  # fmt: skip
         if all(self.get(option) == option.default for option in options):
             return None
         if (self.get(S3_ACCESS_KEY) is None) != (self.get(S3_SECRET_KEY) is None):
@@ -488,7 +488,7 @@ class Config:
             )
         return s3.S3Settings(
             self.get(S3_ENDPOINT), self.get(S3_REGION), self.get(S3_ACCESS_KEY), self.get(S3_SECRET_KEY),
-            self.get(S3_ATTEMPTS), self.get(S3_CONNECT_TIMEOUT), self.get(S3_REQUEST_TIMEOUT),
+            self.get(S3_RETRIES), self.get(S3_CONNECT_TIMEOUT),
         )  # fmt: skip
 
     def default_parallelism(self) -> int:

@@ -30,8 +30,9 @@ def filesystem(path: str) -> tuple[fs.FileSystem, str]:
     """The filesystem of ``path`` and the path on it (no trailing slash). ``s3://bucket/path``
     is reached with the ``s3.*`` options (:mod:`keyflow.s3`) unless the URI carries its own
     query (``?endpoint_override=...``)."""
-    if path.startswith("s3://") and "?" not in path:
-        return s3.filesystem(s3.S3Settings.from_environment()), path.removeprefix("s3://").rstrip("/")
+    if path.startswith("s3://") and "?" not in path and "@" not in path:
+        root = path.removeprefix("s3://").rstrip("/")
+        return s3.filesystem(s3.S3Settings.from_environment().for_bucket(root.split("/", 1)[0])), root
     if is_uri(path):
         try:
             filesystem_, root = fs.FileSystem.from_uri(path)

@@ -8,6 +8,7 @@ SDK's own environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_REGION
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -21,13 +22,11 @@ ENVIRONMENT = {
     "region": "KEYFLOW_S3_REGION",
     "access_key": "KEYFLOW_S3_ACCESS_KEY",
     "secret_key": "KEYFLOW_S3_SECRET_KEY",  # 'SECRET' in the name: Spark's UI redacts its value
-    "attempts": "KEYFLOW_S3_ATTEMPTS",
+    "retries": "KEYFLOW_S3_RETRIES",
     "connect_timeout": "KEYFLOW_S3_CONNECT_TIMEOUT",
-    "request_timeout": "KEYFLOW_S3_REQUEST_TIMEOUT",
 }
-DEFAULT_ATTEMPTS = 5  # Hadoop's fs.s3a.attempts.maximum, which Flink's s3.attempts.maximum sets
+DEFAULT_RETRIES = 5  # Hadoop's fs.s3a.attempts.maximum (retries after the first try), Flink's s3.attempts.maximum
 DEFAULT_CONNECT_TIMEOUT = 30.0  # Hadoop 3.4's fs.s3a.connection.establish.timeout
-DEFAULT_REQUEST_TIMEOUT = 200.0  # Hadoop's fs.s3a.connection.timeout
 
 ENDPOINT = re.compile(r"(?:(https?)://)?([A-Za-z0-9.\-\[\]:]+?)/?")
 
@@ -41,9 +40,8 @@ class S3Settings:
     region: str | None = None
     access_key: str | None = None
     secret_key: str | None = None
-    attempts: int = DEFAULT_ATTEMPTS
+    retries: int = DEFAULT_RETRIES
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
 
     def environment(self) -> dict[str, str]:
         """The variables that carry these settings to other processes (set ones only)."""
@@ -60,10 +58,16 @@ class S3Settings:
         region = given("region") or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
         return S3Settings(
             endpoint or None, region or None, given("access_key"), given("secret_key"),
-            int(given("attempts") or DEFAULT_ATTEMPTS),
+            int(given("retries") or DEFAULT_RETRIES),
             float(given("connect_timeout") or DEFAULT_CONNECT_TIMEOUT),
-            float(given("request_timeout") or DEFAULT_REQUEST_TIMEOUT),
         )  # fmt: skip
+
+    def for_bucket(self, bucket: str) -> S3Settings:
+        """On AWS with no region given, the bucket's own region (as PyArrow finds it for an
+        ``s3://`` URI): requests to another region's bucket would be redirected and fail."""
+        if self.endpoint is None and self.region is None:
+            return dataclasses.replace(self, region=_bucket_region(bucket))
+        return self
 
     def described(self) -> str:
         """Where requests go, for error messages (never the credentials)."""
@@ -85,6 +89,11 @@ def filesystem(settings: S3Settings) -> fs.S3FileSystem:
 
 
 @functools.cache
+def _bucket_region(bucket: str) -> str:
+    return str(fs.resolve_s3_region(bucket))
+
+
+@functools.cache
 def _filesystem(settings: S3Settings) -> fs.S3FileSystem:
     endpoint, scheme = split_endpoint(settings.endpoint) if settings.endpoint else (None, "https")
     return fs.S3FileSystem(
@@ -94,8 +103,9 @@ def _filesystem(settings: S3Settings) -> fs.S3FileSystem:
         endpoint_override=endpoint,
         scheme=scheme,
         connect_timeout=settings.connect_timeout,
-        request_timeout=settings.request_timeout,
-        # The AWS SDK's standard strategy: throttling, 5xx and connection errors are retried with
-        # exponential backoff and jitter, at most ``attempts`` tries in all.
-        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=settings.attempts),
+        # No read timeout: PyArrow ignores its request_timeout on Linux, where the AWS SDK's own
+        # applies (a request that receives nothing for about 3 s fails, and is retried).
+        # The AWS SDK's standard strategy: throttling, 5xx, connection errors and timeouts are
+        # retried with exponential backoff and jitter, ``retries`` times after the first try.
+        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=settings.retries + 1),
     )

@@ -104,7 +104,7 @@ def test_exactly_once_through_lost_joining_and_cut_hosts_a_stalled_store_and_a_k
     env = {**CREDENTIALS, "KEYFLOW_TEST_DIR": str(tmp_path), "KEYFLOW_TEST_MASTER": cluster["url"],
            "KEYFLOW_TEST_DRIVER_HOST": driver.address, "PYTHONPATH": str(ROOT)}  # fmt: skip
     command = [sys.executable, "-m", "keyflow", "run", "tests/jobs/cluster_totals.py", "--checkpoint", CHECKPOINT,
-               "--conf", f"s3.endpoint={cluster['endpoint']}", "--conf", "s3.connection.timeout=30 s"]  # fmt: skip
+               "--conf", f"s3.endpoint={cluster['endpoint']}"]  # fmt: skip
     append(tmp_path / "log", events(100, 60, start=10**9, seed=1).iloc[:0])  # an empty log to start from
     appender = Appender(tmp_path / "log")
     appender.start()

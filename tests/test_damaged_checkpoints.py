@@ -357,10 +357,10 @@ def test_retention_keeps_the_newest_intact_version(pristine: Path, tmp_path: Pat
 def test_state_files_name_their_checksum_and_a_retried_attempt_replaces_the_first(tmp_path: Path) -> None:
     checkpoint = Checkpoint(str(tmp_path))
     reports = []
-    for attempt, values in enumerate(([1, 2], [3, 4])):  # two attempts of one subtask, different content
+    for values in ([1, 2], [3, 4]):  # two attempts of one subtask, different content, in the order they finished
         data = pa.table({"__key_group": pa.array([1, 2], pa.int32()), "v": values})
-        reports.append((float(attempt), write_state_file(checkpoint, "op", 0, "delta", 0, 9, data, keys=2)))
-    (only,) = checkpoint.state_files.newest(reversed(reports))  # reported in any order
+        reports.append(write_state_file(checkpoint, "op", 0, "delta", 0, 9, data, keys=2))
+    (only,) = checkpoint.state_files.newest(reports)
     path = tmp_path / only.path
     assert only.checksum is not None
     assert path.name.endswith(f".{only.checksum}.parquet")

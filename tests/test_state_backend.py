@@ -9,21 +9,24 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keyflow import ValueState
 from keyflow.errors import CheckpointError, DamagedFileError
-from keyflow.keygroups import assign_to_key_groups, key_group_range
+from keyflow.keygroups import KEY_GROUP_COLUMN, assign_to_key_groups, key_group_range
 from keyflow.state.assignment import StateFile, delta_depth, needed_files
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.durable import CheckpointedState
-from keyflow.state.integrity import retain, verify
+from keyflow.state.integrity import retain, retain_known, verify
 from keyflow.state.key_index import KeyIndex, KeyTable, PairCodes
 from keyflow.state.manifests import Manifest
 from keyflow.state.memory import KeyedStateStore
-from keyflow.state.state_files import restore, write_state_file
+from keyflow.state.state_files import PART_ROWS, read_part, restore, write_state_file
+from tests.filesystems import CountingFiles
 
 K = 64
 STATE = {"total": ValueState("int64")}
@@ -32,10 +35,10 @@ STATE = {"total": ValueState("int64")}
 class Collected:
     """The subtasks' reports of files written, as the runtime's accumulator collects them."""
 
-    def __init__(self, into: list[tuple[float, StateFile]]) -> None:
+    def __init__(self, into: list[StateFile]) -> None:
         self.into = into
 
-    def add(self, term: list[tuple[float, StateFile]]) -> None:
+    def add(self, term: list[StateFile]) -> None:
         self.into.extend(term)
 
 
@@ -52,7 +55,7 @@ def write_version(checkpoint: Checkpoint, version: int, parallelism: int, update
     updates of its keys, closes (writing a delta or full file); then the manifest commits."""
     files = tuple(previous.operators["1"]) if previous else ()
     base = previous.version if previous else -1
-    written: list[tuple[float, StateFile]] = []
+    written: list[StateFile] = []
     backend = CheckpointedState(checkpoint.uri, checkpoint.root, run, "1", base, version, files, compact, K,
                                 Collected(written))  # fmt: skip
     keys = np.array(list(updates), dtype=object)
@@ -137,6 +140,53 @@ def test_retention_keeps_the_newest_versions_and_their_files(tmp_path: Path) -> 
     used = {f.path for v in (3, 4) for f in checkpoint.manifests.read(v).operators["1"]}
     assert on_disk == used
     assert restored(checkpoint, checkpoint.manifests.read(4), 0, K - 1) == {f"u{v}": v for v in range(5)}
+
+
+def test_retention_per_micro_batch_drops_what_the_full_retention_drops_without_listing(tmp_path: Path) -> None:
+    """retain_known works from the manifests a run holds: the same versions and files go as
+    with retain (which lists), and a directory left empty goes too."""
+    checkpoint = new_checkpoint(tmp_path)
+    manifests: list[Manifest] = []
+    for version in range(5):
+        manifests.append(write_version(checkpoint, version, 2, {f"u{version}": version},
+                                       manifests[-1] if manifests else None,
+                                       frozenset({0, 1}) if version == 3 else frozenset()))  # fmt: skip
+    kept = retain_known(checkpoint, tuple(manifests), 2)
+    assert [m.version for m in kept] == [3, 4]
+    assert checkpoint.manifests.versions() == [3, 4]
+    on_disk = {str(p.relative_to(tmp_path)) for p in (tmp_path / "state").rglob("*.parquet")}
+    assert on_disk == {f.path for m in kept for f in m.operators["1"]}
+    assert sorted(p.name for p in (tmp_path / "state/op-1").iterdir()) == ["v-0000000003", "v-0000000004"]
+    assert restored(checkpoint, kept[-1], 0, K - 1) == {f"u{v}": v for v in range(5)}
+
+
+def test_a_subtask_of_another_parallelism_reads_about_its_share_of_a_large_state_file(tmp_path: Path) -> None:
+    """A state file of many rows is cut into row groups by key group: a quarter of its range
+    reads under half of its bytes, each page checked by its CRC (a flipped byte in a page
+    read is damage); the whole range is read whole, against the file's checksum."""
+    checkpoint = new_checkpoint(tmp_path)
+    rng = np.random.default_rng(5)
+    rows = 8 * PART_ROWS
+    table = pa.table({KEY_GROUP_COLUMN: pa.array(rng.integers(0, 1000, rows), pa.int32()),
+                      "total": pa.array(rng.integers(0, 10**9, rows))})  # fmt: skip
+    file = write_state_file(checkpoint, "1", 0, "full", 0, 999, table, rows)
+    counting = CountingFiles(checkpoint.fs)
+    checkpoint.fs = counting
+    part = read_part(checkpoint, file, 0, 249)
+    assert counting.read < file.bytes * 0.5  # a quarter, a part (an eighth) more at most, and the footer
+    got = part.filter(pc.less_equal(part.column(KEY_GROUP_COLUMN), 249)).sort_by([(KEY_GROUP_COLUMN, "ascending"),
+                                                                                  ("total", "ascending")])  # fmt: skip
+    expected = table.filter(pc.less_equal(table.column(KEY_GROUP_COLUMN), 249))
+    assert got.equals(expected.sort_by([(KEY_GROUP_COLUMN, "ascending"), ("total", "ascending")]))
+    checkpoint.fs = counting.inner
+    path = tmp_path / file.path
+    metadata = pq.read_metadata(path)
+    chunk = metadata.row_group(0).column(1)
+    data = bytearray(path.read_bytes())
+    data[chunk.data_page_offset + chunk.total_compressed_size // 2] ^= 0xFF  # inside the first row group's values
+    path.write_bytes(bytes(data))
+    with pytest.raises(DamagedFileError, match="was altered"):
+        read_part(checkpoint, file, 0, 249)
 
 
 def test_uncommitted_versions_are_discarded(tmp_path: Path) -> None:

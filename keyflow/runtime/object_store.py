@@ -31,11 +31,12 @@ def export(config: Config) -> None:
         os.environ.update(_exported)
 
 
-def share_with_workers(context: SparkContext) -> None:
-    """Python workers started from now on get the driver's store settings (a running worker
-    keeps its environment: Spark starts workers per distinct environment)."""
+def share_with_workers(context: SparkContext, needed: bool) -> None:
+    """Python workers started from now on get the driver's store settings if ``needed`` (the
+    checkpoint is on an object store; otherwise no credential leaves the driver). A running
+    worker keeps its environment: Spark starts workers per distinct environment."""
     for name in SHARED:
-        if name in os.environ:
+        if needed and name in os.environ:
             context.environment[name] = os.environ[name]
         else:
             context.environment.pop(name, None)

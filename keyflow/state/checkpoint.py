@@ -78,12 +78,15 @@ class Checkpoint:
             raise self.storage_failed(error, doing) from None
 
     def storage_failed(self, error: OSError, doing: str) -> ExternalSystemError:
-        where = f"{self.uri}, {S3Settings.from_environment().described()}" if self.on_object_store else self.uri
-        retried = " (a transient error is tried s3.attempts.maximum times)" if self.on_object_store else ""
+        if self.on_object_store:
+            where = f"{self.uri}, {S3Settings.from_environment().described()}"
+            check = ("the store is up and reachable (s3.endpoint, credentials, the bucket exists; transient errors "
+                     "were retried s3.attempts.maximum times)")  # fmt: skip
+        else:
+            where, check = self.uri, "the directory is writable and its disk has room"
         return ExternalSystemError(
-            f"the checkpoint's storage ({where}) failed while {doing}{retried}: {str(error).strip()}; check that the "
-            "store is up and reachable (s3.endpoint, credentials, the bucket exists), then run the pipeline again: "
-            "it resumes from the last committed micro-batch"
+            f"the checkpoint's storage ({where}) failed while {doing}: {str(error).strip()}; check that {check}, then "
+            "run the pipeline again: it resumes from the last committed micro-batch"
         )
 
     # -- one job at a time ------------------------------------------------------------------

@@ -9,7 +9,6 @@ so a steady micro-batch reads only the changes, never the whole state.
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -49,7 +48,7 @@ class Reports(Protocol):
     """Where subtasks report the files they wrote: a Spark accumulator (merged on the driver
     from the tasks that succeeded), or a list's ``extend`` in tests."""
 
-    def add(self, term: list[tuple[float, StateFile]]) -> object: ...
+    def add(self, term: list[StateFile]) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -123,7 +122,7 @@ class CheckpointedState:
         except OSError as error:
             raise WorkerError(checkpoint.storage_failed(error, f"writing the state of {self.uid}")) from None
         if self.written is not None:
-            self.written.add([(time.time(), file)])
+            self.written.add([file])
         _CACHE.put((self.checkpoint_id, self.uid), self.run_id, _Entry(first, last, self.version, store))
 
     def release(self, store: KeyedStateStore, subtask: int, first: int, last: int) -> None:

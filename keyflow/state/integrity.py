@@ -240,7 +240,7 @@ def retain(checkpoint: Checkpoint, count: int) -> list[int]:
     """Keep the newest ``count`` versions, and the newest intact one if none of them is; delete
     older manifests and the files no kept version uses. Returns the versions dropped."""
     versions = checkpoint.manifests.versions()
-    if len(versions) <= count:
+    if not versions:
         return []
     sizes = state_sizes(checkpoint)
     newest_id = None
@@ -276,7 +276,8 @@ def retain_known(checkpoint: Checkpoint, known: tuple[Manifest, ...], count: int
     """Retention per micro-batch, from the manifests this run read at start or committed
     (oldest first): keep the newest ``count``, delete the older manifests and the files only
     they used. It lists nothing (on an object store a listing per micro-batch is slow and
-    billed); the full :func:`retain` at each start also removes files no manifest names."""
+    billed). Files no manifest names (a failed task's, a key report) are left to the full
+    :func:`retain` that each start runs."""
     if len(known) <= count:
         return known
     dropped, kept = known[:-count], known[-count:]

@@ -120,14 +120,15 @@ class ManifestLog:
         versions = self.versions()
         return self.read(versions[-1]) if versions else None
 
-    def commit(self, manifest: Manifest) -> None:
-        """Write the version's manifest: one object under the version's own name, never replaced.
-        On an object store (no lock) a manifest already there means another job committed this
-        version: refused, so that job's commit is not overwritten."""
-        relative = manifest_path(manifest.version)
-        if self.checkpoint.on_object_store and self._present(relative):
+    def check_uncommitted(self, version: int) -> None:
+        """On an object store (no lock): refuse to commit ``version`` if its manifest exists,
+        i.e. another job committed it while this one ran it."""
+        if self.checkpoint.on_object_store and self._present(manifest_path(version)):
             raise CheckpointError(
-                f"version {manifest.version} of checkpoint {self.checkpoint.uri} was committed by another job while "
-                "this one ran it; run one job per checkpoint (stop the other one), then run this pipeline again"
+                f"version {version} of checkpoint {self.checkpoint.uri} was committed by another job while this one "
+                "ran it; run one job per checkpoint (stop the other one), then run this pipeline again"
             )
-        self.checkpoint.write_atomically(relative, manifest.to_json().encode())
+
+    def commit(self, manifest: Manifest) -> None:
+        """Write the version's manifest: one object under the version's own name, written last."""
+        self.checkpoint.write_atomically(manifest_path(manifest.version), manifest.to_json().encode())

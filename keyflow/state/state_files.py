@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from keyflow.state.checkpoint import Checkpoint
 
 ALTERED = "was altered: its content does not match the checksum recorded when written"
+PARTS, PART_ROWS = 8, 16_384  # a state file of more rows is cut into PARTS row groups by key group
 KEYS_METADATA = b"keyflow.keys_in_range"
 KEY_REPORT = "keys"  # a pre-keyed subtask's keys to check, next to its state file
 
@@ -41,18 +42,19 @@ class StateFileStore:
     def version_dir(self, uid: str, version: int) -> str:
         return f"state/{operator_dir(uid)}/v-{version:010d}"
 
-    def newest(self, written: Iterable[tuple[float, StateFile]]) -> list[StateFile]:
-        """The files the subtasks reported for one version, ``(written at, file)``, by first key
-        group: where two attempts of a subtask both finished (a retried or recomputed task), the
-        newer file is kept and the other deleted. Reports, not a listing: on an object store a
-        listing per micro-batch is slow and billed."""
-        newest: dict[tuple[str, int, int], tuple[float, StateFile]] = {}
-        for written_at, file in sorted(written, key=lambda report: report[0]):
+    def newest(self, written: Iterable[StateFile]) -> list[StateFile]:
+        """The files the subtasks reported for one version, in the order their tasks finished
+        (Spark merges accumulators so), by key-group range: where two attempts of a subtask
+        both finished (a retried or recomputed task), the later file is kept and the other
+        deleted. Reports, not a listing: on an object store a listing per micro-batch is slow
+        and billed."""
+        newest: dict[tuple[str, int, int], StateFile] = {}
+        for file in written:
             replaced = newest.pop((file.kind, file.first, file.last), None)
-            if replaced is not None and replaced[1].path != file.path:
-                self.checkpoint.fs.delete_file(self.checkpoint.path(replaced[1].path))
-            newest[(file.kind, file.first, file.last)] = (written_at, file)
-        return sorted((file for _, file in newest.values()), key=lambda file: file.first)
+            if replaced is not None and replaced.path != file.path:
+                self.checkpoint.fs.delete_file(self.checkpoint.path(replaced.path))
+            newest[(file.kind, file.first, file.last)] = file
+        return sorted(newest.values(), key=lambda file: file.first)
 
     def dirs_after(self, version: int | None) -> list[str]:
         """The state directories (relative) of versions after ``version`` (None: all)."""
@@ -95,11 +97,17 @@ def parquet_bytes(table: pa.Table) -> bytes:
     """``table`` as LZ4-compressed Parquet. Keys are unique in every file keyflow writes, so
     dictionary encoding and statistics go to the key-group column only: on other columns
     they cost 3-5x the time of the whole write and save nothing (measured in
-    docs/benchmarks.md)."""
+    docs/benchmarks.md). A file of more than ``PART_ROWS`` rows is sorted by key group and cut
+    into ``PARTS`` row groups, so a subtask of another parallelism reads about its share of
+    it (:func:`read_part`); every page carries Parquet's CRC, which checks a partial read."""
     sink = pa.BufferOutputStream()
     dictionary = [KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in table.column_names else False
-    pq.write_table(table, sink, compression="lz4", row_group_size=256 * 1024, use_dictionary=dictionary,
-                   write_statistics=dictionary)  # fmt: skip
+    rows = 256 * 1024
+    if dictionary and table.num_rows > PART_ROWS:
+        table = table.sort_by(KEY_GROUP_COLUMN)
+        rows = max(PART_ROWS, -(-table.num_rows // PARTS))
+    pq.write_table(table, sink, compression="lz4", row_group_size=rows, use_dictionary=dictionary,
+                   write_statistics=dictionary, write_page_checksum=True)  # fmt: skip
     return bytes(sink.getvalue().to_pybytes())
 
 
@@ -160,6 +168,39 @@ def read_table(checkpoint: Checkpoint, relative: str, size: int | None = None, d
         raise DamagedFileError(relative, f"is not readable Parquet ({error})") from None
 
 
+def read_part(checkpoint: Checkpoint, f: StateFile, first: int, last: int) -> pa.Table:
+    """The row groups of ``f`` that may hold key groups ``first..last`` (by their statistics),
+    checked by size and by the CRC of every page read; a file that is one row group (small, or
+    written before files were cut) is read whole and checked against its checksum."""
+    path = checkpoint.path(f.path)
+    try:
+        handle = checkpoint.fs.open_input_file(path)
+    except FileNotFoundError:
+        raise DamagedFileError(f.path, "is missing") from None
+    with handle:
+        if f.bytes is not None and handle.size() != f.bytes:
+            raise DamagedFileError(f.path, truncated(handle.size(), f.bytes))
+        try:
+            parquet = pq.ParquetFile(handle, page_checksum_verification=True)
+            wanted = _row_groups(parquet.metadata, first, last)
+            if len(wanted) == parquet.metadata.num_row_groups:
+                return read_table(checkpoint, f.path, f.bytes, f.checksum)
+            return parquet.read_row_groups(wanted)
+        except (pa.ArrowInvalid, OSError) as error:
+            problem = ALTERED if "CRC" in str(error) else f"is not readable Parquet ({error})"
+            raise DamagedFileError(f.path, problem) from None
+
+
+def _row_groups(metadata: pq.FileMetaData, first: int, last: int) -> list[int]:
+    column = metadata.schema.to_arrow_schema().get_field_index(KEY_GROUP_COLUMN)
+    wanted = []
+    for index in range(metadata.num_row_groups):
+        statistics = metadata.row_group(index).column(column).statistics
+        if statistics is None or not statistics.has_min_max or (statistics.min <= last and statistics.max >= first):
+            wanted.append(index)
+    return wanted
+
+
 def restore(
     checkpoint: Checkpoint,
     files: list[StateFile],
@@ -174,7 +215,7 @@ def restore(
     only changes newer than it (catching up a store that already holds that version)."""
     base = base_versions(files, max_parallelism)
     for f in files_to_read(files, first, last, after_version):
-        table = _read_range(checkpoint, f, first, last)
+        table = read_range(checkpoint, f, first, last)
         key_groups = table.column(KEY_GROUP_COLUMN).to_numpy()
         current = base[key_groups]
         keep = (f.version > current) | ((f.version == current) & (f.kind == "full"))
@@ -184,9 +225,10 @@ def restore(
     store.take_touched()
 
 
-def _read_range(checkpoint: Checkpoint, f: StateFile, first: int, last: int) -> pa.Table:
-    table = read_table(checkpoint, f.path, f.bytes, f.checksum)
+def read_range(checkpoint: Checkpoint, f: StateFile, first: int, last: int) -> pa.Table:
+    """The rows of key groups ``first..last`` in ``f``, read as a restore reads them."""
     if first <= f.first and f.last <= last:
-        return table
+        return read_table(checkpoint, f.path, f.bytes, f.checksum)
+    table = read_part(checkpoint, f, first, last)
     key_groups = table.column(KEY_GROUP_COLUMN)
     return table.filter(pc.and_(pc.greater_equal(key_groups, first), pc.less_equal(key_groups, last)))

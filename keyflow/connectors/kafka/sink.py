@@ -81,7 +81,14 @@ class KafkaSink:
 
     def stage_in(self, directory: str) -> None:
         """Where an exactly-once sink stages micro-batches: the runtime gives it a directory in
-        the checkpoint before a streaming run."""
+        the checkpoint before a streaming run. Spark writes the staged files through its own
+        (Hadoop's) filesystems, which keyflow does not configure for object stores."""
+        if self.delivery_guarantee == "exactly-once" and directory.startswith(("s3://", "gs://")):
+            raise PlanError(
+                f"Kafka sink {self.topic!r} is exactly-once and stages each micro-batch in the checkpoint, which is on "
+                f"an object store ({directory.rsplit('/staged/', 1)[0]}), where Spark cannot write without s3a; "
+                "give the pipeline a checkpoint on HDFS or a shared filesystem, or make the sink at-least-once"
+            )
         self.staging = directory
 
     def _records(self, frame: DataFrame) -> DataFrame:

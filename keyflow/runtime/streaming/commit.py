@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.accumulators import Accumulator, AccumulatorParam
+from pyspark.accumulators import Accumulator, AccumulatorParam, _accumulatorRegistry
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -116,6 +116,7 @@ def commit_micro_batch(
             # its state did not change.
             with checkpoint.storage(f"committing micro-batch {batch}"):
                 new = checkpoint.state_files.newest(reports[uid].value)
+            _accumulatorRegistry.pop(reports[uid].aid, None)  # read once: the driver keeps no accumulator per batch
             written += new
             previous = stream.manifest.operators.get(uid, []) if stream.manifest else []
             operators[uid] = needed_files([*previous, *new], plan.max_parallelism)
@@ -127,6 +128,7 @@ def commit_micro_batch(
             checkpoint_id=stream.checkpoint_id, plan=stream.plan_file.to_dict(), watermarks=watermarks,
         )  # fmt: skip
         with checkpoint.storage(f"committing micro-batch {batch}"):
+            checkpoint.manifests.check_uncommitted(batch)  # before anything of another job's is replaced
             stream.source_log.push()  # the offsets of this batch are in the checkpoint before its commit
             checkpoint.manifests.commit(manifest)
         if event is not None:

@@ -60,7 +60,6 @@ class StreamingJob:
         self.available_now, self._on_batch = available_now, on_batch
         object_store.export(plan.config)
         self.checkpoint = Checkpoint(checkpoint)
-        self._source_log = SourceLog(self.checkpoint)
         self._lock = threading.Lock()
         self._error: BaseException | None = None
         self._requested: tuple[int, str] | None = None
@@ -71,6 +70,7 @@ class StreamingJob:
         self._sources = restore.streaming_sources(plan)
         self._autoscaler: Autoscaler | None = None
         self._held = self.checkpoint.acquire()
+        self._source_log = SourceLog(self.checkpoint)
         try:
             with self.checkpoint.storage("restoring"):
                 restored = restore.restore(plan, self.checkpoint)
@@ -89,6 +89,7 @@ class StreamingJob:
             if self._autoscaler is not None:
                 self._autoscaler.start_polling(self._scheduler_failed)
         except BaseException as error:
+            self._source_log.close()
             if self._autoscaler is not None:
                 self._autoscaler.close("canceled" if isinstance(error, KeyboardInterrupt) else "failed", error)
             unlock(self._held)
@@ -158,6 +159,7 @@ class StreamingJob:
                 self._query.stop()
                 with contextlib.suppress(OSError):  # Spark's commit of the last batch; if lost, it is replayed
                     self._source_log.push()
+                self._source_log.close()
             finally:
                 if self._autoscaler is not None:
                     outcome = "failed" if self._error is not None else "finished" if ended else "canceled"
@@ -178,7 +180,7 @@ class StreamingJob:
     # -- start -----------------------------------------------------------------------------
     def _start(self) -> StreamingQuery:
         spark = session_for(self.plan)
-        object_store.share_with_workers(spark.sparkContext)
+        object_store.share_with_workers(spark.sparkContext, self.checkpoint.on_object_store)
         self._autoscaler = Autoscaler.from_config(
             self.plan.config, spark.sparkContext, self.plan.max_parallelism, self.checkpoint, self.run_id
         )
