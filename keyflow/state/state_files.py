@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from keyflow.state.checkpoint import Checkpoint
 
 ALTERED = "was altered: its content does not match the checksum recorded when written"
-PARTS, PART_ROWS = 8, 16_384  # a state file of more rows is cut into PARTS row groups by key group
+PARTS, PART_ROWS = 8, 16_384  # a state file of more than PART_ROWS rows is cut into PARTS row groups by key group
 KEYS_METADATA = b"keyflow.keys_in_range"
 KEY_REPORT = "keys"  # a pre-keyed subtask's keys to check, next to its state file
 
@@ -105,7 +105,7 @@ def parquet_bytes(table: pa.Table) -> bytes:
     rows = 256 * 1024
     if dictionary and table.num_rows > PART_ROWS:
         table = table.sort_by(KEY_GROUP_COLUMN)
-        rows = max(PART_ROWS, -(-table.num_rows // PARTS))
+        rows = -(-table.num_rows // PARTS)
     pq.write_table(table, sink, compression="lz4", row_group_size=rows, use_dictionary=dictionary,
                    write_statistics=dictionary, write_page_checksum=True)  # fmt: skip
     return bytes(sink.getvalue().to_pybytes())
