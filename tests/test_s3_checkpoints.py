@@ -36,12 +36,13 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         server.close()
 
 
-def totals_pipeline(tmp: Path, store: S3Server, parallelism: int, **extra: object) -> Pipeline:
+def totals_pipeline(tmp: Path, store: S3Server, parallelism: int, pre_keyed: bool = False, **extra: object) -> Pipeline:
+    """Running totals of the log; ``pre_keyed``: read as keyed by user (the log is split by user),
+    whose subtasks also report their keys for the driver to check."""
     pipeline = Pipeline(config={**config(parallelism), **store.config(**extra)})
     stream = pipeline.source(log(str(tmp / "log"), rows_per_batch=700))
-    stream.key_by("user").process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq").sink(
-        parquet(tmp / "out")
-    )
+    keyed = stream.reinterpret_as_keyed("user") if pre_keyed else stream.key_by("user")
+    keyed.process(running_total, TOTAL_SCHEMA, state=TOTAL_STATE, order_by="seq").sink(parquet(tmp / "out"))
     return pipeline
 
 
@@ -57,13 +58,14 @@ def objects(store: S3Server, uri: str) -> list[str]:
 
 
 @pytest.mark.jvm
+@pytest.mark.parametrize("pre_keyed", [False, True], ids=["key_by", "pre-keyed"])
 def test_state_on_s3_restarts_at_another_parallelism_and_lists_nothing_per_batch(
-    spark, tmp_path: Path, store: S3Server
+    spark, tmp_path: Path, store: S3Server, pre_keyed: bool
 ) -> None:
-    checkpoint = f"{store.bucket('restart')}/jobs/totals"
+    checkpoint = f"{store.bucket('restart')}/jobs/{'pre-keyed' if pre_keyed else 'totals'}"
     first = events(2_000, 150, start=0, seed=1)
     append(tmp_path / "log", first)
-    result = totals_pipeline(tmp_path, store, 2).run(checkpoint=checkpoint, available_now=True)
+    result = totals_pipeline(tmp_path, store, 2, pre_keyed).run(checkpoint=checkpoint, available_now=True)
     assert len(result.batches) >= 2
     assert_totals(tmp_path, first)
     stored = objects(store, checkpoint)
@@ -79,7 +81,8 @@ def test_state_on_s3_restarts_at_another_parallelism_and_lists_nothing_per_batch
         if not listed_from:
             listed_from.append(len(store.requests()))
 
-    result = totals_pipeline(tmp_path, store, 3).run(checkpoint=checkpoint, available_now=True, on_batch=mark)
+    result = totals_pipeline(tmp_path, store, 3, pre_keyed).run(checkpoint=checkpoint, available_now=True,
+                                                                on_batch=mark)  # fmt: skip
     assert len(result.batches) >= 3
     assert_totals(tmp_path, pd.concat([first, second]))
     after_first = store.requests()[listed_from[0] :]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +48,7 @@ class Reports(Protocol):
     """Where subtasks report the files they wrote: a Spark accumulator (merged on the driver
     from the tasks that succeeded), or a list's ``extend`` in tests."""
 
-    def add(self, term: list[StateFile]) -> object: ...
+    def add(self, term: list[Any]) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,8 @@ class CheckpointedState:
     files: tuple[StateFile, ...]
     compact: frozenset[int]  # subtasks that write a full file of their range this time
     max_parallelism: int
-    written: Reports | None = field(default=None, compare=False)
+    written: Reports | None = field(default=None, compare=False)  # each StateFile written
+    keys_reported: Reports | None = field(default=None, compare=False)  # each key report's path (pre-keyed)
 
     def open(self, descriptors: dict[str, StateDescriptor], subtask: int, first: int, last: int) -> KeyedStateStore:
         try:
@@ -138,7 +139,9 @@ class CheckpointedState:
     def report_keys(self, keys: pa.Table, first: int, last: int) -> None:
         """Keys of a pre-keyed operator to check (see ``keyflow.state.splits``), next to the
         subtask's state file of this version, so an uncommitted attempt's reports go with it."""
-        write_key_report(Checkpoint(self.checkpoint_uri), self.uid, self.version, first, last, keys)
+        path = write_key_report(Checkpoint(self.checkpoint_uri), self.uid, self.version, first, last, keys)
+        if self.keys_reported is not None:
+            self.keys_reported.add([path])
 
 
 def _gaps(covered: np.ndarray, first: int) -> list[tuple[int, int]]:

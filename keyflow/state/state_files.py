@@ -123,20 +123,12 @@ def write_state_file(
     return StateFile(relative, kind, version, first, last, table.num_rows, keys, len(data), digest)
 
 
-def write_key_report(checkpoint: Checkpoint, uid: str, version: int, first: int, last: int, keys: pa.Table) -> None:
-    """A pre-keyed subtask's keys to check for version ``version`` (see ``keyflow.state.splits``)."""
-    directory = checkpoint.state_files.version_dir(uid, version)
-    write_table(checkpoint, f"{directory}/{KEY_REPORT}-{first:05d}-{last:05d}.parquet", keys)
-
-
-def read_key_reports(checkpoint: Checkpoint, uid: str, version: int) -> list[pa.Table]:
-    """Every key report the subtasks of ``version`` wrote."""
-    selector = fs.FileSelector(checkpoint.path(checkpoint.state_files.version_dir(uid, version)), allow_not_found=True)
-    tables = []
-    for info in checkpoint.fs.get_file_info(selector):
-        if info.base_name.startswith(f"{KEY_REPORT}-"):
-            tables.append(read_table(checkpoint, info.path[len(checkpoint.root) + 1 :]))
-    return tables
+def write_key_report(checkpoint: Checkpoint, uid: str, version: int, first: int, last: int, keys: pa.Table) -> str:
+    """A pre-keyed subtask's keys to check for version ``version`` (see ``keyflow.state.splits``);
+    its path, which the subtask reports to the driver (a retried task writes the same path)."""
+    relative = f"{checkpoint.state_files.version_dir(uid, version)}/{KEY_REPORT}-{first:05d}-{last:05d}.parquet"
+    write_table(checkpoint, relative, keys)
+    return relative
 
 
 def truncated(found: int, recorded: int) -> str:

@@ -88,7 +88,8 @@ def commit_micro_batch(
     frame.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")
     context = frame.sparkSession.sparkContext
     reports = {uid: context.accumulator([], _Appended()) for uid in plan.graph.keyed_operators()}
-    state = keyed_state(stream, batch, reports)
+    key_reports = {uid: context.accumulator([], _Appended()) for uid in reports} if stream.pre_keyed else {}
+    state = keyed_state(stream, batch, reports, key_reports)
     # Spark hands foreachBatch a micro-batch as computed rows (no column pruning reaches the
     # source), so every job over it computes the whole source again: a source read twice (its
     # watermark's job, then the batch) is persisted once, which halves a generated source's cost.
@@ -115,14 +116,14 @@ def commit_micro_batch(
             # A subtask without input rows wrote no file (unless a compaction was due):
             # its state did not change.
             with checkpoint.storage(f"committing micro-batch {batch}"):
-                new = checkpoint.state_files.newest(reports[uid].value)
-            _accumulatorRegistry.pop(reports[uid].aid, None)  # read once: the driver keeps no accumulator per batch
+                new = checkpoint.state_files.newest(_taken(reports[uid]))
             written += new
             previous = stream.manifest.operators.get(uid, []) if stream.manifest else []
             operators[uid] = needed_files([*previous, *new], plan.max_parallelism)
         pre_keyed, conflicts = {}, 0
         if stream.pre_keyed is not None:  # before the commit: a key in two splits commits nothing
-            pre_keyed, conflicts = stream.pre_keyed.verify(batch, plan.config.get(PRE_KEYED_VERIFY))
+            reported = {uid: _taken(accumulator) for uid, accumulator in key_reports.items()}
+            pre_keyed, conflicts = stream.pre_keyed.verify(batch, plan.config.get(PRE_KEYED_VERIFY), reported)
         manifest = Manifest(
             batch, plan.parallelism, plan.max_parallelism, operators, staged, pre_keyed=pre_keyed,
             checkpoint_id=stream.checkpoint_id, plan=stream.plan_file.to_dict(), watermarks=watermarks,
@@ -161,11 +162,21 @@ class _Appended(AccumulatorParam[list[Any]]):
         return value1
 
 
+def _taken(accumulator: Accumulator[list[Any]]) -> list[Any]:
+    """What the tasks reported; the accumulator is dropped (the driver would keep one per batch)."""
+    _accumulatorRegistry.pop(accumulator.aid, None)
+    return accumulator.value
+
+
 def keyed_state(
-    stream: StreamState, batch: int, reports: Mapping[str, Accumulator[list[Any]]] | None = None
+    stream: StreamState,
+    batch: int,
+    reports: Mapping[str, Accumulator[list[Any]]] | None = None,
+    key_reports: Mapping[str, Accumulator[list[Any]]] | None = None,
 ) -> dict[str, CheckpointedState]:
     """Per keyed operator (by uid): restore from the newest commit, write version ``batch``
-    and report the files written to ``reports`` (accumulators: the driver lists nothing)."""
+    and report the files written to ``reports``, a pre-keyed operator's key reports to
+    ``key_reports`` (accumulators: the driver lists nothing)."""
     plan = stream.plan
     state = {}
     for uid, operator in plan.graph.keyed_operators().items():
@@ -175,7 +186,7 @@ def keyed_state(
         )
         state[uid] = CheckpointedState(
             stream.checkpoint.uri, stream.checkpoint_id, stream.run_id, uid, stream.committed, batch, files,
-            compact, plan.max_parallelism, (reports or {}).get(uid),
+            compact, plan.max_parallelism, (reports or {}).get(uid), (key_reports or {}).get(uid),
         )  # fmt: skip
     return state
 

@@ -24,7 +24,7 @@ from keyflow.plan.nodes import KeyedNode, SourceNode
 from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.manifests import Manifest
 from keyflow.state.splits import SplitIndex
-from keyflow.state.state_files import read_key_reports, read_table, write_table
+from keyflow.state.state_files import read_table, write_table
 
 LAYOUT_FILE = "source-layout.json"
 
@@ -98,10 +98,11 @@ class PreKeyedSource:
             raise PlanError(pre_keyed_problem(self.source.name, self.keys, error)) from None
         write_layout(self.layout, self.mapping, plan.max_parallelism, plan.operator(self.source.id).parallelism)
 
-    def verify(self, batch: int, mode: str) -> tuple[dict[str, Any], int]:
-        """Check the keys the subtasks of ``batch`` reported (``mode`` fail: raise before
-        anything commits; warn: log and go on); returns the manifest's ``pre_keyed`` section and
-        how many keys were found in two splits (by any of its operators)."""
+    def verify(self, batch: int, mode: str, reported: dict[str, list[str]]) -> tuple[dict[str, Any], int]:
+        """Check the keys the subtasks of ``batch`` reported (``reported``: each operator's key
+        report files, by uid; ``mode`` fail: raise before anything commits; warn: log and go on);
+        returns the manifest's ``pre_keyed`` section and how many keys were found in two splits
+        (by any of its operators)."""
         total = 0
         self.complete = self.complete and mode != "off"
         mapped = read_layout(self.layout)["key_groups"]  # the reader maps splits added while running
@@ -111,7 +112,7 @@ class PreKeyedSource:
             )
         self.mapping = list(mapped)
         for uid, node in self.operators.items():
-            reports = read_key_reports(self.checkpoint, uid, batch)
+            reports = [read_table(self.checkpoint, path) for path in dict.fromkeys(reported.get(uid, []))]
             if not reports:
                 continue
             index = self.indexes[uid]
