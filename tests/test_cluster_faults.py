@@ -157,6 +157,10 @@ def test_exactly_once_through_lost_joining_and_cut_hosts_a_stalled_store_and_a_k
             print(f"--- {name}\n" + (log.read_text(errors="replace")[-4000:] if log.exists() else "(none)"))
 
     assert "no executor cores when the resource-wait-timeout (10 s" in (tmp_path / "job-2.out").read_text()
+    master = (tmp_path / "master" / "master.out").read_text()  # the faults happened as meant:
+    assert re.search(rf"Removing worker worker-\S+-{re.escape(hosts['worker-3'].address)}-\d+ on", master)
+    cut = re.escape(hosts["worker-2"].address)
+    assert re.search(rf"Removing worker-\S+-{cut}-\d+ because we got no heartbeat", master)  # cut off, not killed
     got = read_output(tmp_path / "out").sort_values("seq").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected_totals(data).reset_index(drop=True), check_dtype=False)
     state = json.loads(run_on(driver, tmp_path, "inspect", sys.executable, "-c", READ_CHECKPOINT, CHECKPOINT,
