@@ -237,6 +237,11 @@ S3_CONNECT_TIMEOUT: Option[float] = Option(
     "s3.connection.establish.timeout", _timeout, s3.DEFAULT_CONNECT_TIMEOUT,
     "How long to wait for a connection to the store (bare numbers: ms, as Hadoop's).",
 )  # fmt: skip
+S3_REQUEST_TIMEOUT: Option[float] = Option(
+    "s3.connection.timeout", _timeout, s3.DEFAULT_REQUEST_TIMEOUT,
+    "A request that receives no data for this long fails its try and is retried (bare numbers: ms). Hadoop's "
+    "default is 200 s; keyflow's 60 s, so a stalled store fails a micro-batch sooner.",
+)  # fmt: skip
 
 
 IGNORE_UNCLAIMED_STATE: Option[bool] = Option(
@@ -395,6 +400,7 @@ OPTIONS: dict[str, Option[Any]] = {
         S3_SECRET_KEY,
         S3_RETRIES,
         S3_CONNECT_TIMEOUT,
+        S3_REQUEST_TIMEOUT,
     )
 }
 
@@ -477,7 +483,7 @@ class Config:
     def s3_settings(self) -> s3.S3Settings | None:
         """The store's settings if any ``s3.*`` option is set, else None (the environment's)."""
         options: tuple[Option[Any], ...] = (S3_ENDPOINT, S3_REGION, S3_ACCESS_KEY, S3_SECRET_KEY, S3_RETRIES,
-                                            S3_CONNECT_TIMEOUT)  # fmt: skip
+                                            S3_CONNECT_TIMEOUT, S3_REQUEST_TIMEOUT)  # fmt: skip
         if all(self.get(option) == option.default for option in options):
             return None
         if (self.get(S3_ACCESS_KEY) is None) != (self.get(S3_SECRET_KEY) is None):
@@ -488,7 +494,7 @@ class Config:
             )
         return s3.S3Settings(
             self.get(S3_ENDPOINT), self.get(S3_REGION), self.get(S3_ACCESS_KEY), self.get(S3_SECRET_KEY),
-            self.get(S3_RETRIES), self.get(S3_CONNECT_TIMEOUT),
+            self.get(S3_RETRIES), self.get(S3_CONNECT_TIMEOUT), self.get(S3_REQUEST_TIMEOUT),
         )  # fmt: skip
 
     def default_parallelism(self) -> int:

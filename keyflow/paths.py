@@ -30,7 +30,7 @@ def filesystem(path: str) -> tuple[fs.FileSystem, str]:
     """The filesystem of ``path`` and the path on it (no trailing slash). ``s3://bucket/path``
     is reached with the ``s3.*`` options (:mod:`keyflow.s3`) unless the URI carries its own
     query (``?endpoint_override=...``)."""
-    if path.startswith("s3://") and "?" not in path and "@" not in path:
+    if path.startswith("s3://") and "?" not in path and "@" not in path.split("/", 3)[2]:  # no user:secret@bucket
         root = path.removeprefix("s3://").rstrip("/")
         return s3.filesystem(s3.S3Settings.from_environment().for_bucket(root.split("/", 1)[0])), root
     if is_uri(path):

@@ -24,9 +24,11 @@ ENVIRONMENT = {
     "secret_key": "KEYFLOW_S3_SECRET_KEY",  # 'SECRET' in the name: Spark's UI redacts its value
     "retries": "KEYFLOW_S3_RETRIES",
     "connect_timeout": "KEYFLOW_S3_CONNECT_TIMEOUT",
+    "request_timeout": "KEYFLOW_S3_REQUEST_TIMEOUT",
 }
 DEFAULT_RETRIES = 5  # Hadoop's fs.s3a.attempts.maximum (retries after the first try), Flink's s3.attempts.maximum
 DEFAULT_CONNECT_TIMEOUT = 30.0  # Hadoop 3.4's fs.s3a.connection.establish.timeout
+DEFAULT_REQUEST_TIMEOUT = 60.0  # no data for this long fails a try (Hadoop's fs.s3a.connection.timeout: 200 s)
 
 ENDPOINT = re.compile(r"(?:(https?)://)?([A-Za-z0-9.\-\[\]:]+?)/?")
 
@@ -42,6 +44,7 @@ class S3Settings:
     secret_key: str | None = None
     retries: int = DEFAULT_RETRIES
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
 
     def environment(self) -> dict[str, str]:
         """The variables that carry these settings to other processes (set ones only)."""
@@ -60,6 +63,7 @@ class S3Settings:
             endpoint or None, region or None, given("access_key"), given("secret_key"),
             int(given("retries") or DEFAULT_RETRIES),
             float(given("connect_timeout") or DEFAULT_CONNECT_TIMEOUT),
+            float(given("request_timeout") or DEFAULT_REQUEST_TIMEOUT),
         )  # fmt: skip
 
     def for_bucket(self, bucket: str) -> S3Settings:
@@ -103,9 +107,10 @@ def _filesystem(settings: S3Settings) -> fs.S3FileSystem:
         endpoint_override=endpoint,
         scheme=scheme,
         connect_timeout=settings.connect_timeout,
-        # No read timeout: PyArrow ignores its request_timeout on Linux, where the AWS SDK's own
-        # applies (a request that receives nothing for about 3 s fails, and is retried).
-        # The AWS SDK's standard strategy: throttling, 5xx, connection errors and timeouts are
-        # retried with exponential backoff and jitter, ``retries`` times after the first try.
-        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=settings.retries + 1),
+        request_timeout=settings.request_timeout,  # curl's low-speed time: no data this long fails the try
+        # The AWS SDK's default strategy: throttling, 5xx, connection errors and timeouts are
+        # retried with exponential backoff, ``retries`` times after the first try. (The standard
+        # strategy draws on a retry quota that Arrow never refills: a long-running driver would
+        # stop retrying after ~100 retries.)
+        retry_strategy=fs.AwsDefaultS3RetryStrategy(max_attempts=settings.retries),
     )

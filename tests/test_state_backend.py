@@ -183,10 +183,45 @@ def test_a_subtask_of_another_parallelism_reads_about_its_share_of_a_large_state
     metadata = pq.read_metadata(path)
     chunk = metadata.row_group(0).column(1)
     data = bytearray(path.read_bytes())
+    original = bytes(data)
     data[chunk.data_page_offset + chunk.total_compressed_size // 2] ^= 0xFF  # inside the first row group's values
     path.write_bytes(bytes(data))
     with pytest.raises(DamagedFileError, match="was altered"):
         read_part(checkpoint, file, 0, 249)
+    data = bytearray(original)
+    data[-30] ^= 0xFF  # in the footer (its statistics could skip a row group): checked by the manifest's checksum
+    path.write_bytes(bytes(data))
+    with pytest.raises(DamagedFileError, match="was altered"):
+        read_part(checkpoint, file, 0, 249)
+    path.write_bytes(original)
+    checkpoint.fs = Unreachable(checkpoint.fs)  # a store that fails: an error of the storage, not damage
+    with pytest.raises(OSError, match="NETWORK_CONNECTION"):
+        read_part(checkpoint, file, 0, 249)
+
+
+class Unreachable:
+    """A filesystem whose files cannot be read, as a store that stopped answering."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def open_input_file(self, path: str) -> object:
+        opened = self.inner.open_input_file(path)  # type: ignore[attr-defined]
+
+        class Failing:
+            def __enter__(self) -> Failing:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                opened.close()
+
+            def size(self) -> int:
+                return int(opened.size())
+
+            def read_at(self, nbytes: int, offset: int) -> bytes:
+                raise OSError("AWS Error NETWORK_CONNECTION during GetObject operation")
+
+        return Failing()
 
 
 def test_uncommitted_versions_are_discarded(tmp_path: Path) -> None:

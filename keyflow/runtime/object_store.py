@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 
+from pyarrow import fs
 from pyspark import SparkContext
 
 from keyflow.config import Config
+from keyflow.errors import ExternalSystemError
 from keyflow.s3 import ENVIRONMENT
+from keyflow.state.checkpoint import Checkpoint
 
 # Also the AWS SDK's own variables, where the driver has them: executors on other hosts do not.
 SHARED = (*ENVIRONMENT.values(), "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
@@ -29,6 +32,21 @@ def export(config: Config) -> None:
             os.environ.pop(name, None)
         _exported.update(settings.environment())
         os.environ.update(_exported)
+
+
+def opened(uri: str) -> Checkpoint:
+    """The checkpoint at ``uri``; on AWS with no region set, the bucket's region found here once
+    and exported (each worker would look it up again), or an error saying to set it."""
+    try:
+        checkpoint = Checkpoint(uri)
+    except OSError as error:
+        raise ExternalSystemError(
+            f"cannot open checkpoint {uri}: {str(error).strip()}; set s3.endpoint.region (or s3.endpoint for a store "
+            "other than AWS)"
+        ) from None
+    if isinstance(checkpoint.fs, fs.S3FileSystem) and not os.environ.get(ENVIRONMENT["region"]):
+        _exported[ENVIRONMENT["region"]] = os.environ[ENVIRONMENT["region"]] = checkpoint.fs.region
+    return checkpoint
 
 
 def share_with_workers(context: SparkContext, needed: bool) -> None:

@@ -30,6 +30,7 @@ class StateFile:
     keys_in_range: int
     bytes: int
     checksum: str | None = None  # of the file's bytes (None: a format-1 checkpoint recorded none)
+    footer: str | None = None  # of its Parquet footer, which a partial read checks (None: read it whole)
 
 
 def base_versions(files: Iterable[StateFile], max_parallelism: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from keyflow.state.seal import UnsealedError, seal, unseal
 if TYPE_CHECKING:
     from keyflow.state.checkpoint import Checkpoint
 
-FORMAT_VERSION = 2  # 2: sealed manifests with checksums; 1 is still read (nothing to check)
+FORMAT_VERSION = 3  # 3: state files' footer checksums; 2: sealed manifests with checksums; 1: nothing to check
 
 
 @dataclass
@@ -62,12 +62,12 @@ class Manifest:
         try:
             data = unseal(text, sealed=False)
             format_version = data.pop("format_version", None)
-            if format_version not in (1, FORMAT_VERSION):
+            if format_version not in (1, 2, FORMAT_VERSION):
                 raise CheckpointError(
                     f"{relative} has format {format_version}, which this keyflow does not read: it was written by "
                     "another keyflow version; run the pipeline with that version"
                 )
-            if format_version == FORMAT_VERSION:
+            if format_version != 1:
                 unseal(text)  # this format carries a checksum: its absence is damage
             data["operators"] = {uid: [StateFile(**f) for f in files] for uid, files in data["operators"].items()}
             manifest = Manifest(**data)

@@ -104,7 +104,9 @@ def parquet_bytes(table: pa.Table) -> bytes:
     dictionary = [KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in table.column_names else False
     rows = 256 * 1024
     if dictionary and table.num_rows > PART_ROWS:
-        table = table.sort_by(KEY_GROUP_COLUMN)
+        key_groups = table.column(KEY_GROUP_COLUMN)
+        if not pc.all(pc.less_equal(key_groups[:-1], key_groups[1:])).as_py():
+            table = table.sort_by(KEY_GROUP_COLUMN)
         rows = -(-table.num_rows // PARTS)
     pq.write_table(table, sink, compression="lz4", row_group_size=rows, use_dictionary=dictionary,
                    write_statistics=dictionary, write_page_checksum=True)  # fmt: skip
@@ -120,7 +122,8 @@ def write_state_file(
     digest = checksum(data)
     relative = f"{checkpoint.state_files.version_dir(uid, version)}/{state_file_name(kind, first, last, digest)}"
     checkpoint.write_atomically(relative, data)
-    return StateFile(relative, kind, version, first, last, table.num_rows, keys, len(data), digest)
+    return StateFile(relative, kind, version, first, last, table.num_rows, keys, len(data), digest,
+                     checksum(data[-_footer_length(data[-8:]) :]))  # fmt: skip
 
 
 def write_key_report(checkpoint: Checkpoint, uid: str, version: int, first: int, last: int, keys: pa.Table) -> str:
@@ -161,33 +164,67 @@ def read_table(checkpoint: Checkpoint, relative: str, size: int | None = None, d
 
 
 def read_part(checkpoint: Checkpoint, f: StateFile, first: int, last: int) -> pa.Table:
-    """The row groups of ``f`` that may hold key groups ``first..last`` (by their statistics),
-    checked by size and by the CRC of every page read; a file that is one row group (small, or
-    written before files were cut) is read whole and checked against its checksum."""
-    path = checkpoint.path(f.path)
+    """The row groups of ``f`` that may hold key groups ``first..last`` (by their statistics):
+    the footer checked against the checksum the manifest recorded, every page read against its
+    CRC. A file with no recorded footer checksum, or whose row groups all overlap, is read
+    whole and checked against its checksum. The bytes are fetched before anything is parsed,
+    so a failing store is a storage error, never damage."""
+    if f.footer is None:
+        return read_table(checkpoint, f.path, f.bytes, f.checksum)
     try:
-        handle = checkpoint.fs.open_input_file(path)
+        handle = checkpoint.fs.open_input_file(checkpoint.path(f.path))
     except FileNotFoundError:
         raise DamagedFileError(f.path, "is missing") from None
     with handle:
-        if f.bytes is not None and handle.size() != f.bytes:
-            raise DamagedFileError(f.path, truncated(handle.size(), f.bytes))
+        size = handle.size()
+        if f.bytes is not None and size != f.bytes:
+            raise DamagedFileError(f.path, truncated(size, f.bytes))
+        length = _footer_length(handle.read_at(8, size - 8)) if size >= 8 else size + 1
+        footer = handle.read_at(length, size - length) if length <= size else b""
+        if checksum(footer) != f.footer:
+            raise DamagedFileError(f.path, ALTERED)
+        sparse = bytearray(size)
+        sparse[size - len(footer) :] = footer
         try:
-            parquet = pq.ParquetFile(handle, page_checksum_verification=True)
-            wanted = _row_groups(parquet.metadata, first, last)
-            if len(wanted) == parquet.metadata.num_row_groups:
-                return read_table(checkpoint, f.path, f.bytes, f.checksum)
-            return parquet.read_row_groups(wanted)
+            metadata = pq.ParquetFile(pa.BufferReader(bytes(sparse))).metadata
+            wanted = _row_groups(metadata, first, last)
         except (pa.ArrowInvalid, OSError) as error:
-            problem = ALTERED if "CRC" in str(error) else f"is not readable Parquet ({error})"
-            raise DamagedFileError(f.path, problem) from None
+            raise DamagedFileError(f.path, f"is not readable Parquet ({error})") from None
+        if len(wanted) == metadata.num_row_groups:
+            return read_table(checkpoint, f.path, f.bytes, f.checksum)
+        for start, length in _chunks(metadata, wanted):
+            sparse[start : start + length] = handle.read_at(length, start)
+    try:
+        return pq.ParquetFile(pa.BufferReader(bytes(sparse)), page_checksum_verification=True).read_row_groups(wanted)
+    except (pa.ArrowInvalid, OSError) as error:
+        raise DamagedFileError(
+            f.path, ALTERED if "CRC" in str(error) else f"is not readable Parquet ({error})"
+        ) from None
+
+
+def _footer_length(last_eight: bytes) -> int:
+    """The length of a Parquet footer (metadata, its length, the magic) from a file's last 8 bytes."""
+    return int.from_bytes(last_eight[:4], "little") + 8
+
+
+def _chunks(metadata: pq.FileMetaData, row_groups: list[int]) -> list[tuple[int, int]]:
+    """Byte ranges (start, length) of every column chunk of ``row_groups``."""
+    ranges = []
+    for index in row_groups:
+        group = metadata.row_group(index)
+        for column in range(group.num_columns):
+            chunk = group.column(column)
+            start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+            ranges.append((start, chunk.total_compressed_size))
+    return ranges
 
 
 def _row_groups(metadata: pq.FileMetaData, first: int, last: int) -> list[int]:
-    column = metadata.schema.to_arrow_schema().get_field_index(KEY_GROUP_COLUMN)
     wanted = []
     for index in range(metadata.num_row_groups):
-        statistics = metadata.row_group(index).column(column).statistics
+        group = metadata.row_group(index)
+        column = next(c for c in range(group.num_columns) if group.column(c).path_in_schema == KEY_GROUP_COLUMN)
+        statistics = group.column(column).statistics
         if statistics is None or not statistics.has_min_max or (statistics.min <= last and statistics.max >= first):
             wanted.append(index)
     return wanted

@@ -23,6 +23,7 @@ from keyflow.connectors.base import Moves
 from keyflow.connectors.kafka.client import retrying
 from keyflow.connectors.kafka.options import DELIVERY_GUARANTEES, Client, Formats, choice, split_list
 from keyflow.errors import ExternalSystemError, PlanError, RestoreError, WorkerError
+from keyflow.paths import OBJECT_STORES, filesystem
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -83,7 +84,7 @@ class KafkaSink:
         """Where an exactly-once sink stages micro-batches: the runtime gives it a directory in
         the checkpoint before a streaming run. Spark writes the staged files through its own
         (Hadoop's) filesystems, which keyflow does not configure for object stores."""
-        if self.delivery_guarantee == "exactly-once" and directory.startswith(("s3://", "gs://")):
+        if self.delivery_guarantee == "exactly-once" and isinstance(filesystem(directory)[0], OBJECT_STORES):
             raise PlanError(
                 f"Kafka sink {self.topic!r} is exactly-once and stages each micro-batch in the checkpoint, which is on "
                 f"an object store ({directory.rsplit('/staged/', 1)[0]}), where Spark cannot write without s3a; "

@@ -14,6 +14,7 @@ restore; no state file is rewritten.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Mapping
@@ -120,7 +121,9 @@ def commit_micro_batch(
             written += new
             previous = stream.manifest.operators.get(uid, []) if stream.manifest else []
             operators[uid] = needed_files([*previous, *new], plan.max_parallelism)
-        pre_keyed, conflicts = {}, 0
+        with checkpoint.storage(f"committing micro-batch {batch}"):
+            checkpoint.manifests.check_uncommitted(batch)  # before the driver writes anything of this version
+        pre_keyed, conflicts, reported = {}, 0, dict[str, list[str]]()
         if stream.pre_keyed is not None:  # before the commit: a key in two splits commits nothing
             reported = {uid: _taken(accumulator) for uid, accumulator in key_reports.items()}
             pre_keyed, conflicts = stream.pre_keyed.verify(batch, plan.config.get(PRE_KEYED_VERIFY), reported)
@@ -129,7 +132,6 @@ def commit_micro_batch(
             checkpoint_id=stream.checkpoint_id, plan=stream.plan_file.to_dict(), watermarks=watermarks,
         )  # fmt: skip
         with checkpoint.storage(f"committing micro-batch {batch}"):
-            checkpoint.manifests.check_uncommitted(batch)  # before anything of another job's is replaced
             stream.source_log.push()  # the offsets of this batch are in the checkpoint before its commit
             checkpoint.manifests.commit(manifest)
         if event is not None:
@@ -139,6 +141,9 @@ def commit_micro_batch(
         fault("after-publish", batch)
         with checkpoint.storage(f"deleting versions older than micro-batch {batch}"):
             retained = retain_known(checkpoint, (*stream.retained, manifest), plan.config.get(CHECKPOINTS_NUM_RETAINED))
+            for path in {path for paths in reported.values() for path in paths}:  # checked: no longer needed
+                with contextlib.suppress(FileNotFoundError):
+                    checkpoint.fs.delete_file(checkpoint.path(path))
     finally:
         builder.release()
         for rows in read_twice:

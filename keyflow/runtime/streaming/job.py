@@ -21,6 +21,7 @@ from pyspark.sql.streaming import StreamingQuery
 from keyflow.config import CHECKPOINTING_INTERVAL
 from keyflow.connectors.base import SPLIT_COLUMN, SplitSource
 from keyflow.errors import (
+    CheckpointError,
     DamagedFileError,
     KeyflowError,
     PlanError,
@@ -41,7 +42,6 @@ from keyflow.runtime.streaming.inputs import tagged_union
 from keyflow.runtime.streaming.prekeyed import PreKeyedSource
 from keyflow.runtime.streaming.prepare import prepare
 from keyflow.runtime.streaming.results import BatchMetrics, StreamingResult
-from keyflow.state.checkpoint import Checkpoint
 from keyflow.state.integrity import damaged_while_reading
 from keyflow.state.rollback import forget_uncommitted
 from keyflow.state.source_log import SourceLog
@@ -59,7 +59,7 @@ class StreamingJob:
     ) -> None:
         self.available_now, self._on_batch = available_now, on_batch
         object_store.export(plan.config)
-        self.checkpoint = Checkpoint(checkpoint)
+        self.checkpoint = object_store.opened(checkpoint)
         self._lock = threading.Lock()
         self._error: BaseException | None = None
         self._requested: tuple[int, str] | None = None
@@ -70,8 +70,8 @@ class StreamingJob:
         self._sources = restore.streaming_sources(plan)
         self._autoscaler: Autoscaler | None = None
         self._held = self.checkpoint.acquire()
-        self._source_log = SourceLog(self.checkpoint)
         try:
+            self._source_log = SourceLog(self.checkpoint)
             with self.checkpoint.storage("restoring"):
                 restored = restore.restore(plan, self.checkpoint)
             try:
@@ -89,7 +89,10 @@ class StreamingJob:
             if self._autoscaler is not None:
                 self._autoscaler.start_polling(self._scheduler_failed)
         except BaseException as error:
-            self._source_log.close()
+            if hasattr(self, "_query"):  # started, then failed (the scheduler's polling): stop it first
+                self._query.stop()
+            if hasattr(self, "_source_log"):
+                self._source_log.close()
             if self._autoscaler is not None:
                 self._autoscaler.close("canceled" if isinstance(error, KeyboardInterrupt) else "failed", error)
             unlock(self._held)
@@ -157,10 +160,12 @@ class StreamingJob:
             try:
                 ended = not self._query.isActive
                 self._query.stop()
-                with contextlib.suppress(OSError):  # Spark's commit of the last batch; if lost, it is replayed
+                with contextlib.suppress(OSError, CheckpointError):  # Spark's commit of the last batch: if
+                    # lost it is replayed; not pushed if another job committed since (a driver cut off)
+                    self.checkpoint.manifests.check_uncommitted(self._stream.committed + 1)
                     self._source_log.push()
-                self._source_log.close()
             finally:
+                self._source_log.close()
                 if self._autoscaler is not None:
                     outcome = "failed" if self._error is not None else "finished" if ended else "canceled"
                     self._autoscaler.close(outcome, self._error)
