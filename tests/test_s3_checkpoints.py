@@ -124,7 +124,7 @@ def test_a_stalled_store_delays_the_commit_and_a_failed_one_resumes_exactly_once
 ) -> None:
     checkpoint = f"{store.bucket('stalled')}/ckpt"
     batches = [events(1_000, 80, start=i * 1_000, seed=20 + i) for i in range(3)]
-    options = {"s3.attempts.maximum": 1}
+    options = {"s3.attempts.maximum": 1, "s3.connection.timeout": "3 s"}  # a try fails after 3 s without data
     append(tmp_path / "log", batches[0])
     job = totals_pipeline(tmp_path, store, 2, **options).start(checkpoint=checkpoint)
     try:
