@@ -35,6 +35,7 @@ pytestmark = pytest.mark.jvm
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = "s3://checkpoints/totals"
+WORKER_TIMEOUT = 5  # seconds without a heartbeat before the master drops a worker (Spark's default: 60)
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "keyflow-test", "AWS_SECRET_ACCESS_KEY": "keyflow-test-secret",
                "AWS_REGION": "us-east-1"}  # fmt: skip
 CREATE_BUCKET = """
@@ -88,9 +89,9 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, Any]]:
         hosts = {name: network.add_host(name) for name in ("store", "master", "worker-1", "worker-2", "worker-3",
                                                            "driver")}  # fmt: skip
         endpoint = hosts["store"].start_s3(tmp_path / "store")
-        url = hosts["master"].start_spark_master(tmp_path / "master")
+        url = hosts["master"].start_spark_master(tmp_path / "master", WORKER_TIMEOUT)
         for name in ("worker-2", "worker-3"):  # worker-1 joins later
-            hosts[name].start_spark_worker(url, tmp_path / name)
+            hosts[name].start_spark_worker(url, tmp_path / name, worker_timeout_s=WORKER_TIMEOUT)
         s3 = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
         run_on(hosts["driver"], tmp_path, "bucket", sys.executable, "-c", CREATE_BUCKET, endpoint, env=s3)
         yield {"hosts": hosts, "endpoint": endpoint, "url": url}
@@ -116,7 +117,7 @@ def test_exactly_once_through_lost_joining_and_cut_hosts_a_stalled_store_and_a_k
     def progress(what: str) -> None:
         """Wait for the sink to grow by a few committed micro-batches."""
         start = committed()
-        wait_for(what, lambda: committed() >= start + 600, job)
+        wait_for(what, lambda: committed() >= start + 400, job)
 
     def rescaled(before: int, after: int, times: int = 1) -> None:
         """Wait for the ``times``-th change from ``before`` to ``after`` (batch lines of the job)."""
@@ -127,10 +128,10 @@ def test_exactly_once_through_lost_joining_and_cut_hosts_a_stalled_store_and_a_k
         progress("micro-batches on worker-2 and worker-3")
         hosts["worker-3"].kill()  # mid-batch: its worker, executor and Python workers die at once
         rescaled(2, 1)  # the adaptive scheduler after resource-stabilization-timeout
-        hosts["worker-1"].start_spark_worker(cluster["url"], tmp_path / "worker-1")  # a host joins
+        hosts["worker-1"].start_spark_worker(cluster["url"], tmp_path / "worker-1", worker_timeout_s=WORKER_TIMEOUT)
         rescaled(1, 2)
         progress("micro-batches at parallelism 2")
-        hosts["worker-2"].disconnect()  # longer than the master's worker timeout (8 s): declared lost
+        hosts["worker-2"].disconnect()  # longer than the master's worker timeout (5 s): declared lost
         rescaled(2, 1, times=2)
         hosts["worker-2"].reconnect()  # it registers again and gets an executor
         rescaled(1, 2, times=2)
@@ -147,7 +148,7 @@ def test_exactly_once_through_lost_joining_and_cut_hosts_a_stalled_store_and_a_k
         progress("micro-batches after the driver restarted")
         data = appender.all()
         wait_for("every event in the output", lambda: committed() >= len(data), job)
-        for name in ("worker-1", "worker-2"):  # the last hosts leave: resource-wait-timeout (10 s) fails the job
+        for name in ("worker-1", "worker-2"):  # the last hosts leave: resource-wait-timeout (5 s) fails the job
             hosts[name].kill()
         assert job.wait(timeout=90) == 2  # keyflow's error exit
     finally:
@@ -156,7 +157,7 @@ def test_exactly_once_through_lost_joining_and_cut_hosts_a_stalled_store_and_a_k
             log = tmp_path / f"{name}.out"
             print(f"--- {name}\n" + (log.read_text(errors="replace")[-4000:] if log.exists() else "(none)"))
 
-    assert "no executor cores when the resource-wait-timeout (10 s" in (tmp_path / "job-2.out").read_text()
+    assert "no executor cores when the resource-wait-timeout (5 s" in (tmp_path / "job-2.out").read_text()
     master = (tmp_path / "master" / "master.out").read_text()  # the faults happened as meant:
     assert re.search(rf"Removing worker worker-\S+-{re.escape(hosts['worker-3'].address)}-\d+ on", master)
     cut = re.escape(hosts["worker-2"].address)

@@ -25,9 +25,9 @@ pipeline = Pipeline(
         "pipeline.progress": "off",
         "execution.checkpointing.interval": "1 s",
         "jobmanager.scheduler": "adaptive",
-        "jobmanager.adaptive-scheduler.scaling-interval.min": "5 s",
-        "jobmanager.adaptive-scheduler.resource-stabilization-timeout": "3 s",
-        "jobmanager.adaptive-scheduler.resource-wait-timeout": "10 s",
+        "jobmanager.adaptive-scheduler.scaling-interval.min": "3 s",
+        "jobmanager.adaptive-scheduler.resource-stabilization-timeout": "2 s",
+        "jobmanager.adaptive-scheduler.resource-wait-timeout": "5 s",
     }
 )
 stream = pipeline.source(log(f"{base}/log", rows_per_batch=2000))  # keeps up with the appender
