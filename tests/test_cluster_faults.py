@@ -129,20 +129,14 @@ def test_exactly_once_through_lost_joining_and_cut_hosts_a_stalled_store_and_a_k
         hosts["worker-3"].kill()  # mid-batch: its worker, executor and Python workers die at once
         rescaled(2, 1)  # the adaptive scheduler after resource-stabilization-timeout
         hosts["worker-1"].start_spark_worker(cluster["url"], tmp_path / "worker-1", worker_timeout_s=WORKER_TIMEOUT)
-        rescaled(1, 2)
-        progress("micro-batches at parallelism 2")
+        rescaled(1, 2)  # (a rescale shows in the first micro-batch committed at the new parallelism)
         hosts["worker-2"].disconnect()  # longer than the master's worker timeout (5 s): declared lost
         rescaled(2, 1, times=2)
         hosts["worker-2"].reconnect()  # it registers again and gets an executor
         rescaled(1, 2, times=2)
-        progress("micro-batches after worker-2 came back")
-        store.pause()  # the store stalls while micro-batches run: they wait for it
+        store.pause()  # the store stalls while micro-batches run: they wait for it ...
         time.sleep(3)
-        store.resume()
-        progress("micro-batches after the store stalled")
-        store.pause()
-        time.sleep(1.5)  # a micro-batch is waiting on the store when the driver host dies
-        driver.kill()
+        driver.kill()  # ... and the driver host dies meanwhile
         store.resume()
         job = driver.popen(command, env=env, log=tmp_path / "job-2.out", cwd=ROOT)
         progress("micro-batches after the driver restarted")

@@ -58,14 +58,15 @@ def objects(store: S3Server, uri: str) -> list[str]:
 
 
 @pytest.mark.jvm
-@pytest.mark.parametrize("pre_keyed", [False, True], ids=["key_by", "pre-keyed"])
 def test_state_on_s3_restarts_at_another_parallelism_and_lists_nothing_per_batch(
-    spark, tmp_path: Path, store: S3Server, pre_keyed: bool
+    spark, tmp_path: Path, store: S3Server
 ) -> None:
-    checkpoint = f"{store.bucket('restart')}/jobs/{'pre-keyed' if pre_keyed else 'totals'}"
+    """A pre-keyed pipeline: its subtasks report both their state files and their key reports
+    (key_by pipelines on S3: the other tests here and tests/test_cluster_faults.py)."""
+    checkpoint = f"{store.bucket('restart')}/jobs/totals"
     first = events(2_000, 150, start=0, seed=1)
     append(tmp_path / "log", first)
-    result = totals_pipeline(tmp_path, store, 2, pre_keyed).run(checkpoint=checkpoint, available_now=True)
+    result = totals_pipeline(tmp_path, store, 2, pre_keyed=True).run(checkpoint=checkpoint, available_now=True)
     assert len(result.batches) >= 2
     assert_totals(tmp_path, first)
     stored = objects(store, checkpoint)
@@ -81,7 +82,7 @@ def test_state_on_s3_restarts_at_another_parallelism_and_lists_nothing_per_batch
         if not listed_from:
             listed_from.append(len(store.requests()))
 
-    result = totals_pipeline(tmp_path, store, 3, pre_keyed).run(checkpoint=checkpoint, available_now=True,
+    result = totals_pipeline(tmp_path, store, 3, pre_keyed=True).run(checkpoint=checkpoint, available_now=True,
                                                                 on_batch=mark)  # fmt: skip
     assert len(result.batches) >= 3
     assert_totals(tmp_path, pd.concat([first, second]))
