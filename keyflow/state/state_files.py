@@ -166,10 +166,10 @@ def read_table(checkpoint: Checkpoint, relative: str, size: int | None = None, d
 def read_part(checkpoint: Checkpoint, f: StateFile, first: int, last: int) -> pa.Table:
     """The row groups of ``f`` that may hold key groups ``first..last`` (by their statistics):
     the footer checked against the checksum the manifest recorded, every page read against its
-    CRC. A file with no recorded footer checksum, or whose row groups all overlap, is read
-    whole and checked against its checksum. The bytes are fetched before anything is parsed,
+    CRC. A file that was not cut (small, or with no recorded footer checksum), or whose row
+    groups all overlap, is read whole and checked against its checksum. The bytes are fetched before anything is parsed,
     so a failing store is a storage error, never damage."""
-    if f.footer is None:
+    if f.footer is None or f.rows <= PART_ROWS:  # not cut (one row group): nothing to skip
         return read_table(checkpoint, f.path, f.bytes, f.checksum)
     try:
         handle = checkpoint.fs.open_input_file(checkpoint.path(f.path))
