@@ -212,3 +212,16 @@ def test_an_exactly_once_kafka_sink_with_a_checkpoint_on_s3_is_refused_before_sp
     pipeline.source(log(str(tmp_path / "log"))).sink(sink)
     with pytest.raises(PlanError, match=r"Kafka sink 'out' is exactly-once .* object store \(s3://kafka/ckpt\)"):
         pipeline.start(checkpoint=f"{store.bucket('kafka')}/ckpt")
+
+
+def test_keyflow_plan_reports_s3_options_before_spark() -> None:
+    from typer.testing import CliRunner
+
+    from keyflow.cli.app import app
+
+    example = str(ROOT / "examples" / "streaming.py")
+    for conf, named in (("s3.access-key=key", "s3.access-key is set but s3.secret-key is not"),
+                        ("s3.endpoint=ftp://store", "s3.endpoint='ftp://store' is not an endpoint")):  # fmt: skip
+        result = CliRunner().invoke(app, ["plan", example, "--conf", conf])
+        assert result.exit_code == 2, result.output
+        assert named in result.output

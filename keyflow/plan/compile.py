@@ -153,6 +153,7 @@ def compile_plan(
     """The plan of everything ``roots`` (sinks, or a stream to collect) depend on."""
     ordered = upstream(nodes, roots)
     default = config.default_parallelism()
+    config.s3_settings()  # the s3.* options that go together (a key without its secret) are checked here
     parallelism = {node.id: node.parallelism or default for node in ordered}
     streaming = reads_unbounded(ordered)
     physical, problems = _lowered(ordered, streaming)
